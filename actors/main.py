@@ -1,0 +1,152 @@
+"""The actor loop: one asyncio (uvloop) process, one engine, many concurrent episodes.
+
+1. Load the policy (version 0, the same weights the learner starts from) into the CPU engine.
+2. Start the control thread: join the weight-broadcast group, subscribe to the head's PUB channel.
+3. While not stopped: when ``group_size`` more episodes fit under ``max_concurrent_episodes``,
+   ask the head for a lease (DEALER); the head answers when the staleness bound admits one.
+   Run the lease's episodes concurrently with every other running episode.
+4. Push each finished episode as a ``Trajectory`` (PUSH), and ``ActorStats`` every few seconds.
+5. On ``Control(stop)``: cancel what runs, close the sockets, return a summary.
+
+Started by the launcher (``python launch.py``), one per ``--actors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+
+import torch
+import uvloop
+import zmq
+import zmq.asyncio
+
+from actors.engine import CpuEngine, SamplingParams
+from actors.episode import EpisodeDeps, run_episode
+from actors.weights import ControlThread
+from common import protocol
+from common.config import Config
+from common.models import load_model, load_tokenizer
+from common.protocol import ActorStats, Control, LeaseRequest, TaskLease
+from common.transport import Inbox, configure
+from envhub.client import EnvClient
+
+log = logging.getLogger("actor")
+
+
+class Actor:
+    def __init__(self, cfg: Config, actor_id: int, addresses: dict[str, str], envhub_url: str):
+        if cfg.rollout.group_size > cfg.actors.max_concurrent_episodes:
+            raise ValueError("rollout.group_size must not exceed actors.max_concurrent_episodes")
+        self.cfg, self.actor_id, self.addresses, self.envhub_url = cfg, actor_id, addresses, envhub_url
+        self.finished = 0
+        self.running = 0
+        self._stopped_by = "launcher"
+        self.errors: Counter[str] = Counter()
+        self.generated_tokens = 0
+        self._latencies: list[float] = []
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def run(self) -> dict:
+        """Blocking: runs the event loop until the head says stop."""
+        torch.set_num_threads(self.cfg.actors.torch_threads)
+        return uvloop.run(self._main())
+
+    def stop(self) -> None:
+        """Thread-safe request to stop."""
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    async def _main(self) -> dict:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        cfg = self.cfg
+        path = self.addresses["model_path"]
+        tokenizer = load_tokenizer(path)
+        engine = CpuEngine(load_model(path, cfg.model.dtype), cfg.actors.max_batch_size, seed=cfg.run.seed + self.actor_id)
+        engine.start()
+        control = ControlThread(engine, self.addresses["control"], self.addresses["weights"], self.actor_id + 1,
+                                cfg.actors.count + 1, cfg.learner.broadcast_timeout_s, self._on_control)
+        control.start()
+        ctx = zmq.asyncio.Context.instance()
+        dealer = configure(ctx.socket(zmq.DEALER))
+        dealer.connect(self.addresses["lease"])
+        push = configure(ctx.socket(zmq.PUSH))
+        push.connect(self.addresses["trajectories"])
+        sampling = SamplingParams(cfg.rollout.max_new_tokens, cfg.rollout.temperature, (tokenizer.eos_token_id,))
+        async with EnvClient(self.envhub_url, cfg.actors.env_timeout_s) as env:
+            deps = EpisodeDeps(self.actor_id, engine, env, tokenizer, sampling, cfg.rollout.system_prompt)
+            tasks = [asyncio.create_task(self._lease_loop(dealer, push, deps)),
+                     asyncio.create_task(self._stats_loop(push, engine))]
+            await self._stop.wait()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        control.stop()
+        engine.stop()
+        dealer.close()
+        push.close()
+        if control.error is not None:
+            raise RuntimeError("actor control thread failed") from control.error
+        return {"actor_id": self.actor_id, "episodes": self.finished, "weight_version": engine.version,
+                "versions_received": control.versions_applied, "errors": dict(self.errors),
+                "stopped_by": self._stopped_by}
+
+    def _on_control(self, message: Control) -> None:
+        """Called from the control thread."""
+        if message.command == "stop":
+            self._stopped_by = "head"
+            self.stop()
+
+    async def _lease_loop(self, dealer, push, deps: EpisodeDeps) -> None:
+        room = asyncio.Semaphore(self.cfg.actors.max_concurrent_episodes)
+        inbox, running = Inbox(f"actor-{self.actor_id}"), set()
+        try:
+            while True:
+                for _ in range(self.cfg.rollout.group_size):
+                    await room.acquire()
+                await dealer.send(protocol.encode(LeaseRequest(actor_id=self.actor_id, max_leases=1)))
+                lease = inbox.parse(await dealer.recv(), TaskLease)
+                if lease is None:
+                    self.errors["bad_lease"] += 1
+                    continue
+                for index in range(lease.group_size):
+                    task = asyncio.create_task(self._episode(lease, index, deps, push, room))
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+        finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _episode(self, lease: TaskLease, index: int, deps: EpisodeDeps, push, room: asyncio.Semaphore) -> None:
+        self.running += 1
+        try:
+            trajectory = await run_episode(lease, index, deps)
+            await push.send(protocol.encode(trajectory))
+            self.finished += 1
+            self.generated_tokens += int(trajectory.loss_mask.sum())
+            self._latencies.append(trajectory.timings.get("episode_s", 0.0))
+            if trajectory.status != "ok":
+                self.errors[trajectory.status] += 1
+        finally:
+            self.running -= 1
+            room.release()
+
+    async def _stats_loop(self, push, engine: CpuEngine) -> None:
+        last_tokens, last_t = 0, time.monotonic()
+        while True:
+            await asyncio.sleep(self.cfg.actors.stats_interval_s)
+            now = time.monotonic()
+            latencies, self._latencies = self._latencies, []
+            stats = ActorStats(
+                actor_id=self.actor_id, weight_version=engine.version, episodes_running=self.running,
+                episodes_finished=self.finished, engine_queue_depth=engine.queue_depth,
+                tokens_per_s=(self.generated_tokens - last_tokens) / (now - last_t),
+                episode_latency_s_mean=sum(latencies) / len(latencies) if latencies else 0.0,
+                errors=dict(self.errors),
+            )
+            last_tokens, last_t = self.generated_tokens, now
+            await push.send(protocol.encode(stats))

@@ -1,0 +1,208 @@
+"""Multi-turn token buffer: an episode's transcript as token ids, never re-tokenized.
+
+The rule (ARCHITECTURE.md, "Episode"): the first observation is rendered with the chat
+template and tokenized once; each sampled turn is appended exactly as sampled; each later
+observation is tokenized as the chat-template *delta* only (end-of-turn glue after the
+assistant's eos, the new user turn, the generation prompt). For a ChatML template the
+delta is
+    "\\n<|im_start|>user\\n" + observation + "<|im_end|>\\n<|im_start|>assistant\\n".
+The buffer then equals `apply_chat_template(whole_conversation, tokenize=True,
+sanitize_control_tokens=True)` whenever the sampled tokens are the tokenization of the
+assistant text plus eos, which the tests check.
+
+Control tokens inside observation or system text (an env page that contains
+"<|im_end|>") are encoded as plain text, as transformers' `sanitize_control_tokens` does,
+so an environment cannot forge turn boundaries.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from transformers.utils.chat_template_utils import mark_control_tokens
+
+# Plain words: they survive any template and any tokenizer normalization unchanged.
+_FIRST_USER_SENTINEL = "LonghorizonFirstUserSentinel"
+_ASSISTANT_SENTINEL = "LonghorizonAssistantSentinel"
+_NEXT_USER_SENTINEL = "LonghorizonNextUserSentinel"
+
+
+class ChatTemplateError(ValueError):
+    """The tokenizer's chat template cannot be split into per-turn deltas."""
+
+
+@dataclass(frozen=True)
+class ObservationDelta:
+    """Template text around a later user turn, cached once per (tokenizer, system prompt)."""
+
+    prefix: str
+    """Text between the assistant's eos and the user content (ChatML: "\\n<|im_start|>user\\n")."""
+    suffix: str
+    """Text after the user content through the generation prompt."""
+    control_tokens_re: re.Pattern
+    """Matches the control tokens that must be encoded as plain text inside user content."""
+
+
+def _messages(system_prompt: str | None, *turns: tuple[str, str]) -> list[dict[str, str]]:
+    system = [{"role": "system", "content": system_prompt}] if system_prompt is not None else []
+    return system + [{"role": role, "content": content} for role, content in turns]
+
+
+def _render(tokenizer, messages: list[dict[str, str]]) -> str:
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def _control_tokens_re(tokenizer) -> re.Pattern:
+    # The same control-token set apply_chat_template(sanitize_control_tokens=True) uses.
+    tokens = sorted(tokenizer._get_control_tokens(tokenizer.chat_template), key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, tokens)) or "(?!)")
+
+
+def compute_observation_delta(tokenizer, system_prompt: str | None) -> ObservationDelta:
+    """Split a dummy conversation's rendering into first turn, assistant turn and delta."""
+    eos = tokenizer.eos_token
+    if not tokenizer.chat_template or not eos:
+        raise ChatTemplateError("tokenizer needs a chat_template and an eos_token")
+    first_turn = _render(tokenizer, _messages(system_prompt, ("user", _FIRST_USER_SENTINEL)))
+    whole = _render(
+        tokenizer,
+        _messages(
+            system_prompt,
+            ("user", _FIRST_USER_SENTINEL),
+            ("assistant", _ASSISTANT_SENTINEL),
+            ("user", _NEXT_USER_SENTINEL),
+        ),
+    )
+    closed_assistant_turn = first_turn + _ASSISTANT_SENTINEL + eos
+    if not whole.startswith(closed_assistant_turn):
+        raise ChatTemplateError(
+            f"chat template cannot be split into per-turn deltas: expected the rendering of "
+            f"[user, assistant, user] to start with the first-turn prompt + assistant content + "
+            f"eos {eos!r}, got {whole!r}"
+        )
+    prefix, found, suffix = whole[len(closed_assistant_turn) :].partition(_NEXT_USER_SENTINEL)
+    if not found:
+        raise ChatTemplateError(f"chat template alters user content; rendering: {whole!r}")
+    return ObservationDelta(prefix, suffix, _control_tokens_re(tokenizer))
+
+
+_DELTA_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def observation_delta(tokenizer, system_prompt: str | None) -> ObservationDelta:
+    """`compute_observation_delta`, cached per tokenizer object and system prompt."""
+    per_tokenizer = _DELTA_CACHE.setdefault(tokenizer, {})
+    if system_prompt not in per_tokenizer:
+        per_tokenizer[system_prompt] = compute_observation_delta(tokenizer, system_prompt)
+    return per_tokenizer[system_prompt]
+
+
+def _require_text(observation: object) -> None:
+    if not isinstance(observation, str):
+        raise TypeError(f"observation must be str, got {type(observation).__name__}")
+
+
+class ChatTokenBuffer:
+    """One episode's transcript: aligned token ids, loss mask, behavior logprobs, versions.
+
+    Call order: start(obs), then append_generated(...) and append_observation(obs) in
+    alternation. `loss_mask` is 1 only on sampled tokens; `logprobs` is 0.0 and `versions`
+    is -1 on every other token; `turn_spans` holds [start, end) of each sampled turn.
+    """
+
+    def __init__(self, tokenizer, system_prompt: str | None = None):
+        self.tokenizer = tokenizer
+        self.system_prompt = system_prompt
+        self._delta = observation_delta(tokenizer, system_prompt)  # fails early on a bad template
+        self.token_ids: list[int] = []
+        self.loss_mask: list[int] = []
+        self.logprobs: list[float] = []
+        self.versions: list[int] = []
+        self.turn_spans: list[list[int]] = []
+        self._expecting = "start"
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def assistant_token_count(self) -> int:
+        """Number of sampled (loss-masked) tokens."""
+        return sum(end - start for start, end in self.turn_spans)
+
+    def _require(self, step: str, caller: str) -> None:
+        if self._expecting != step:
+            raise RuntimeError(f"{caller}() called while the buffer expects {self._expecting}()")
+
+    def _append_context(self, token_ids: Sequence[int]) -> None:
+        self.token_ids.extend(token_ids)
+        self.loss_mask.extend([0] * len(token_ids))
+        self.logprobs.extend([0.0] * len(token_ids))
+        self.versions.extend([-1] * len(token_ids))
+
+    def start(self, first_observation: str) -> None:
+        """Tokenize [system?, user(first_observation)] plus the generation prompt, once."""
+        self._require("start", "start")
+        _require_text(first_observation)
+        messages = _messages(self.system_prompt, ("user", first_observation))
+        token_ids = self.tokenizer.apply_chat_template(
+            messages,
+            tokenize=True,
+            add_generation_prompt=True,
+            return_dict=False,
+            sanitize_control_tokens=True,
+        )
+        self._append_context(token_ids)
+        self._expecting = "append_generated"
+
+    def append_generated(
+        self,
+        token_ids: Sequence[int],
+        logprobs: Sequence[float],
+        version_per_token: Sequence[int],
+    ) -> None:
+        """Append one sampled assistant turn exactly as sampled (loss mask 1)."""
+        self._require("append_generated", "append_generated")
+        if not len(token_ids):
+            raise ValueError("append_generated() got no tokens; end the episode instead")
+        if not len(token_ids) == len(logprobs) == len(version_per_token):
+            raise ValueError(
+                f"token_ids, logprobs and version_per_token differ in length: "
+                f"{len(token_ids)}, {len(logprobs)}, {len(version_per_token)}"
+            )
+        start = len(self.token_ids)
+        self.token_ids.extend(int(t) for t in token_ids)
+        self.loss_mask.extend([1] * len(token_ids))
+        self.logprobs.extend(float(lp) for lp in logprobs)
+        self.versions.extend(int(v) for v in version_per_token)
+        self.turn_spans.append([start, len(self.token_ids)])
+        self._expecting = "append_observation"
+
+    def append_observation(self, text: str) -> None:
+        """Append the template delta for a new user turn; repair a length-cut turn first."""
+        self._require("append_observation", "append_observation")
+        _require_text(text)
+        if self.token_ids[-1] != self.tokenizer.eos_token_id:
+            # Cut at max_tokens: close the turn so the transcript stays well formed.
+            self._append_context([self.tokenizer.eos_token_id])
+        marked = mark_control_tokens(text, self._delta.control_tokens_re)
+        token_ids = self.tokenizer(
+            self._delta.prefix + marked + self._delta.suffix,
+            add_special_tokens=False,
+            sanitize_control_tokens=True,
+        )["input_ids"]
+        self._append_context(token_ids)
+        self._expecting = "append_generated"
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        """The transcript as numpy arrays, ready for the wire."""
+        return {
+            "token_ids": np.asarray(self.token_ids, dtype=np.int32),
+            "loss_mask": np.asarray(self.loss_mask, dtype=np.uint8),
+            "logprobs": np.asarray(self.logprobs, dtype=np.float32),
+            "versions": np.asarray(self.versions, dtype=np.int32),
+            "turn_spans": np.asarray(self.turn_spans, dtype=np.int32).reshape(-1, 2),
+        }

@@ -1,0 +1,213 @@
+"""The run configuration: frozen dataclasses, sparse YAML files, one override grammar.
+
+``load_config("configs/smoke.yaml", ["--learner.lr", "1e-4"])`` merges, in order: the dataclass
+defaults, the YAML file, then ``--section.key value`` overrides (values parsed as YAML, so
+``3``, ``1e-4``, ``true`` and ``[2, 4]`` mean what they look like). Unknown keys are rejected
+with the valid ones listed; every value is checked against its field's type.
+Each field's documentation is the string literal under it (see ``field_docs``).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import textwrap
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from actors.config import ActorsConfig
+from envhub.config import EnvhubConfig
+from learner.config import LearnerConfig
+
+
+class ConfigError(ValueError):
+    """A configuration file or override that does not fit the schema."""
+
+
+@dataclass(frozen=True)
+class RunSection:
+    output_dir: str = "runs"
+    """Folder that holds one sub-folder per run."""
+    run_name: str = ""
+    """Name of the run folder; empty picks ``run-<timestamp>``."""
+    max_steps: int = 20
+    """Learner optimizer steps before the run stops."""
+    seed: int = 0
+    """Seed for task sampling, sampling on the actors and model init."""
+    progress_interval_s: float = 2.0
+    """How often the launcher prints the progress line."""
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    name: str = "tiny"
+    """``tiny`` (random 1M-parameter Qwen2), ``smollm2-135m``, or a local HF model folder."""
+    cache_dir: str = "~/.cache/longhorizon"
+    """Where built or converted models are cached (env LONGHORIZON_CACHE overrides)."""
+    dtype: str = "float32"
+    """Parameter dtype of learner and CPU engine: float32 or bfloat16."""
+
+
+@dataclass(frozen=True)
+class RolloutSection:
+    envs: list[str] = field(default_factory=lambda: ["keydoor-v0"])
+    """Environment ids to train on; tasks are drawn round-robin across them."""
+    split: str = "train"
+    """Task split used for training."""
+    group_size: int = 4
+    """Episodes per task lease (the GRPO group)."""
+    temperature: float = 1.0
+    """Sampling temperature; the learner uses the same one for its logprobs."""
+    max_new_tokens: int = 24
+    """Token cap of one assistant turn."""
+    max_episode_tokens: int = 1024
+    """Token budget of a whole episode (prompt, observations and actions)."""
+    system_prompt: str = "You are an agent. Reply with one action."
+    """System message at the start of every episode; empty for none."""
+
+
+@dataclass(frozen=True)
+class Config:
+    run: RunSection = field(default_factory=RunSection)
+    """Run-level settings."""
+    model: ModelSection = field(default_factory=ModelSection)
+    """Which policy model to train."""
+    rollout: RolloutSection = field(default_factory=RolloutSection)
+    """What an episode is; shared by actors and learner."""
+    envhub: EnvhubConfig = field(default_factory=EnvhubConfig)
+    """Environment server."""
+    actors: ActorsConfig = field(default_factory=ActorsConfig)
+    """Rollout processes."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """Training process(es)."""
+
+
+# --------------------------------------------------------------------------- documentation
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """Map each dataclass field to the string literal written under it."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant):
+                docs[node.target.id] = " ".join(str(following.value.value).split())
+    return docs
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Defaults, then the YAML file, then ``--section.key value`` overrides."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: top level must be a mapping of sections")
+        tree = loaded
+    for dotted, value in parse_overrides(overrides):
+        _set_dotted(tree, dotted.split("."), value)
+    return _build(Config, tree, "")
+
+
+def parse_overrides(args: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
+    """``["--a.b", "3", "--c.d=x"]`` -> ``[("a.b", 3), ("c.d", "x")]``."""
+    pairs, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"expected --section.key, got {arg!r}")
+        if "=" in arg:
+            key, raw = arg[2:].split("=", 1)
+            i += 1
+        elif i + 1 < len(args):
+            key, raw = arg[2:], args[i + 1]
+            i += 2
+        else:
+            raise ConfigError(f"override {arg} has no value")
+        pairs.append((key, yaml.safe_load(raw) if raw != "" else ""))
+    return pairs
+
+
+def _set_dotted(tree: dict, keys: list[str], value: Any) -> None:
+    for key in keys[:-1]:
+        node = tree.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"cannot set {'.'.join(keys)}: {key} is not a section")
+        tree = node
+    tree[keys[-1]] = value
+
+
+def _build(cls: type, values: Any, where: str) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where or 'config'}: expected a mapping, got {values!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in fields:
+            name = f"{where}.{key}" if where else key
+            raise ConfigError(f"unknown config key {name!r}; valid keys here: {', '.join(sorted(fields))}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in values.items():
+        path = f"{where}.{name}" if where else name
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[name] = _build(hint, value, path)
+        else:
+            kwargs[name] = _coerce(value, hint, path)
+    return cls(**kwargs)
+
+
+def _coerce(value: Any, hint: Any, where: str) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint is float and isinstance(value, str):
+        return _parse_float(value, where)  # YAML 1.1 reads "1e-3" (no dot) as a string
+    if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)  # a run name like 42 is meant as text
+    if isinstance(value, bool) and hint is not bool:
+        raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+    if not isinstance(value, hint):
+        raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
+    return value
+
+
+def _parse_float(text: str, where: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{where}: expected float, got {text!r}") from None
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The config as plain data (for YAML, tensorboard text and Ray arguments)."""
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(tree: dict[str, Any]) -> Config:
+    """Inverse of ``to_dict``; validates like a YAML file."""
+    return _build(Config, tree, "")
+
+
+def write_resolved(cfg: Config, path: Path) -> None:
+    """Write the fully resolved config (every key, defaults included) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))

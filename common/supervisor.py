@@ -1,0 +1,167 @@
+"""The launcher's process lifecycle on Ray: start the roles, watch them, fail fast, shut down.
+
+Every role runs in its own Ray worker through ``RoleHost`` and logs to
+``<run>/logs/<role>-<i>.log``. The first role to die stops the run, and the console gets its
+name, its log path and the last lines of its log rather than a wall of Ray traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from common.config import Config
+from common.roles import RoleHost
+
+LOG_TAIL_LINES = 25
+
+
+@dataclass
+class Role:
+    name: str
+    handle: Any
+    log_path: Path
+
+
+class RoleFailed(Exception):
+    def __init__(self, role: Role, reason: str):
+        super().__init__(f"{role.name} {reason}")
+        self.role, self.reason = role, reason
+
+
+class Supervisor:
+    def __init__(self, cfg: Config, run_dir: Path, role_env: dict[str, str]):
+        self.cfg, self.run_dir, self.role_env = cfg, run_dir, role_env
+        self.roles: list[Role] = []
+        self._finished_early: dict = {}
+        self._last_printed_step = 0
+        self._host = ray.remote(RoleHost)
+
+    def __enter__(self) -> "Supervisor":
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1", runtime_env={"env_vars": self.role_env},
+                 configure_logging=False)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for role in self.roles:
+            ray.kill(role.handle, no_restart=True)
+        ray.shutdown()
+
+    def start_role(self, name: str, factory: str, *args: Any) -> Role:
+        log_path = self.run_dir / "logs" / f"{name}.log"
+        # num_cpus=0: on a small machine every role must be placed; torch threads are set per role.
+        handle = self._host.options(num_cpus=0, max_concurrency=4, name=None).remote(str(log_path), factory, *args)
+        role = Role(name, handle, log_path)
+        self.roles.append(role)
+        return role
+
+    def call(self, role: Role, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        try:
+            return ray.get(role.handle.call.remote(method, *args), timeout=timeout_s)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+            raise RoleFailed(role, f"failed in {method}(): {_last_line(exc)}") from None
+
+    def run(self) -> int:
+        try:
+            summary = self._start_and_watch()
+        except RoleFailed as failure:
+            self._report_failure(failure)
+            return 1
+        except KeyboardInterrupt:
+            print("\ninterrupted: stopping every role", flush=True)
+            self._request_stop()
+            return 130
+        _print_summary(summary, self.run_dir)
+        return 0
+
+    def _start_and_watch(self) -> dict:
+        cfg = self.cfg
+        envhub = self.start_role("envhub-0", "envhub.main:EnvhubServer", cfg.envhub)
+        port = self.call(envhub, "start_in_thread", timeout_s=120)
+        url = f"http://{cfg.envhub.host}:{port}"
+        learner = self.start_role("learner-0", "learner.main:Learner", cfg, str(self.run_dir))
+        addresses = self.call(learner, "setup", timeout_s=600)
+        actors = [self.start_role(f"actor-{i}", "actors.main:Actor", cfg, i, addresses, url)
+                  for i in range(cfg.actors.count)]
+        print(f"started envhub, learner and {len(actors)} actor(s); waiting for the first batch ...", flush=True)
+        runs = {learner.handle.call.remote("run"): learner}
+        runs.update({a.handle.call.remote("run"): a for a in actors})
+        summary = self._watch(runs, learner)
+        summary["actors"] = self._wait_actors(runs, learner)
+        self.call(envhub, "stop", timeout_s=30)
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        return summary
+
+    def _watch(self, runs: dict, learner: Role) -> dict:
+        """Print progress until the learner returns; any other role returning first is a failure."""
+        interval = self.cfg.run.progress_interval_s
+        while True:
+            watching = [ref for ref in runs if ref not in self._finished_early]
+            done, _ = ray.wait(watching, num_returns=1, timeout=interval)
+            for ref in done:
+                role = runs[ref]
+                try:
+                    result = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    raise RoleFailed(role, f"died: {_last_line(exc)}") from None
+                if role is learner:
+                    return result
+                if result.get("stopped_by") != "head":
+                    raise RoleFailed(role, "exited before the learner finished")
+                self._finished_early[ref] = result  # the head already said stop; the learner is saving
+            self._print_progress(learner)
+
+    def _wait_actors(self, runs: dict, learner: Role, timeout_s: float = 60.0) -> list[dict]:
+        """The actors stop on the learner's Control(stop); collect their summaries."""
+        results = list(self._finished_early.values())
+        pending = [ref for ref, role in runs.items() if role is not learner and ref not in self._finished_early]
+        done, _ = ray.wait(pending, num_returns=len(pending), timeout=timeout_s)
+        for ref in done:
+            try:
+                results.append(ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                raise RoleFailed(runs[ref], f"failed while stopping: {_last_line(exc)}") from None
+        return results
+
+    def _print_progress(self, learner: Role) -> None:
+        try:
+            p = ray.get(learner.handle.call.remote("progress"), timeout=5)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            return  # the run() ref reports a dead learner
+        if p.get("step", 0) == self._last_printed_step:
+            return
+        self._last_printed_step = p.get("step", 0)
+        print(f"step {p['step']}/{p['max_steps']}  reward {p['reward']:.3f}  success {p['success']:.2f}  "
+              f"turn_cap {p['turn_cap']}  samples/s {p['samples_per_s']:.1f}  policy_lag {p['policy_lag']:.2f}",
+              flush=True)
+
+    def _request_stop(self) -> None:
+        for role in self.roles:
+            role.handle.call.remote("request_stop" if role.name.startswith("learner") else "stop")
+        time.sleep(2)
+
+    def _report_failure(self, failure: RoleFailed) -> None:
+        path = failure.role.log_path
+        print(f"\nFAILED: {failure.role.name} {failure.reason}\nlog: {path}", flush=True)
+        if path.exists():
+            tail = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            print("---- last lines ----\n" + "\n".join(tail) + "\n--------------------", flush=True)
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _print_summary(summary: dict, run_dir: Path) -> None:
+    ledger = summary.get("ledger", {})
+    print(f"\ndone: {summary.get('step')} learner steps in {summary.get('wall_s', 0):.1f} s; "
+          f"final reward {summary.get('reward', 0):.3f}, success {summary.get('success', 0):.2f}\n"
+          f"leases: {ledger}\ncheckpoint: {summary.get('checkpoint')}\nrun folder: {run_dir}", flush=True)

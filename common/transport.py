@@ -1,0 +1,51 @@
+"""ZeroMQ plumbing shared by head and actors: sockets, send, and validated receive.
+
+A malformed message is rejected and counted in ``Inbox.rejected``; it never raises into the
+receiver's loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+import zmq
+
+from common import protocol
+
+log = logging.getLogger(__name__)
+
+
+def bind_random(sock: zmq.Socket, host: str) -> str:
+    """Bind to a free port on ``host`` and return the address peers connect to."""
+    port = sock.bind_to_random_port(f"tcp://{host}")
+    return f"tcp://{host}:{port}"
+
+
+def configure(sock: zmq.Socket, hwm: int = 10_000) -> zmq.Socket:
+    # linger 0: a stopping process must never block on undelivered messages.
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RCVHWM, hwm)
+    return sock
+
+
+class Inbox:
+    """Decodes incoming frames into protocol messages, counting what it rejects."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.rejected: Counter[str] = Counter()
+
+    def parse(self, frame: bytes, expected: type | tuple[type, ...] | None = None) -> Any | None:
+        try:
+            return protocol.decode(frame, expected)
+        except protocol.ProtocolError as exc:
+            self.rejected[type(exc).__name__] += 1
+            log.warning("%s: rejected malformed message (%d so far): %s", self.name, self.total_rejected, exc)
+            return None
+
+    @property
+    def total_rejected(self) -> int:
+        return sum(self.rejected.values())

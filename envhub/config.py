@@ -1,0 +1,38 @@
+"""Configuration of one envhub HTTP server (see envhub/server.py and envhub/main.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EnvhubConfig:
+    """Settings of one envhub server; every session on it shares them."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind; loopback by default so nothing is exposed by accident."""
+
+    port: int = 0
+    """TCP port to bind; 0 asks the OS for a free port (the bound port is reported back)."""
+
+    step_timeout_s: float = 10.0
+    """Deadline on every env reset/step/close call; past it the call fails with 504 and the
+    session is closed, so one stuck environment never stalls an actor forever."""
+
+    session_idle_timeout_s: float = 120.0
+    """A session untouched for this long is reaped (closed); later calls on it answer 410."""
+
+    reap_interval_s: float = 5.0
+    """How often the background reaper looks for idle sessions."""
+
+    max_sessions: int = 1024
+    """Most sessions open at once; creating one more answers 503 instead of exhausting memory."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        for name in ("step_timeout_s", "session_idle_timeout_s", "reap_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_sessions < 1:
+            raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")

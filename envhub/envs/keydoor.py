@@ -1,0 +1,102 @@
+"""KeyDoor: a tiny multi-turn text game a ~1M-parameter policy can learn.
+
+The agent starts in a hall with a locked door and three rooms. The first observation says
+which room a key jingles in. Optimal play takes 4 turns:
+`go <key room>`, `take key`, `go hall`, `open door` -> reward 1, success.
+Task id and seed decide (deterministically) which 3 of the 6 rooms exist and which holds the key.
+Observations stay short (< 200 characters) because a tiny model reads them.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+from envhub.base import Environment, StepResult
+
+ROOM_POOL = ("kitchen", "garden", "attic", "cellar", "library", "study")
+ROOMS_PER_TASK = 3
+ACTIONS_HELP = "Actions: go <room>, take key, go hall, open door."
+
+_GO_PATTERN = re.compile(r"^go (?:to )?(?:the )?([a-z]+)$")
+
+
+def normalize_action(action: str) -> str:
+    """Lower-case, single-spaced, without trailing punctuation: tolerant of small format slips."""
+    return " ".join(action.lower().split()).rstrip(".!")
+
+
+class KeyDoorEnv(Environment):
+    """Find the key named by the hint, bring it to the hall, open the door."""
+
+    # Visits every room of the pool, so this script wins every task (used by conformance).
+    example_actions = (
+        *(action for room in ROOM_POOL for action in (f"go {room}", "take key")),
+        "go hall",
+        "open door",
+    )
+
+    def __init__(self) -> None:
+        self._rooms: tuple[str, ...] = ()
+        self._key_room = ""
+        self._location = "hall"
+        self._has_key = False
+        self._done = True
+
+    async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
+        rng = random.Random(f"keydoor:{int(task_id)}:{int(seed)}")
+        self._rooms = tuple(rng.sample(ROOM_POOL, ROOMS_PER_TASK))
+        self._key_room = rng.choice(self._rooms)
+        self._location, self._has_key, self._done = "hall", False, False
+        observation = (
+            f"You are in a hall with a locked door. Rooms: {', '.join(self._rooms)}. "
+            f"A key jingles in the {self._key_room}. {ACTIONS_HELP}"
+        )
+        return observation, self._info(success=False)
+
+    async def step(self, action: str) -> StepResult:
+        if self._done:
+            raise RuntimeError("step() called after the episode ended; call reset() first")
+        command = normalize_action(action)
+        if command == "open door":
+            return self._open_door()
+        if command == "take key":
+            return self._continue(self._take_key())
+        go_match = _GO_PATTERN.match(command)
+        if go_match:
+            return self._continue(self._go(go_match.group(1)))
+        return self._continue(f"Unknown action. {ACTIONS_HELP}")
+
+    def _go(self, place: str) -> str:
+        if place == "hall":
+            self._location = "hall"
+            return f"You are in the hall. The door is here. Rooms: {', '.join(self._rooms)}."
+        if place not in self._rooms:
+            return f"There is no {place[:20]} here. Rooms: {', '.join(self._rooms)}."
+        self._location = place
+        if place == self._key_room and not self._has_key:
+            return f"You are in the {place}. A key lies here. Try: take key."
+        return f"You are in the {place}. Nothing here. Try: go <room>, go hall."
+
+    def _take_key(self) -> str:
+        if self._has_key:
+            return "You already hold the key."
+        if self._location != self._key_room:
+            return "There is no key here."
+        self._has_key = True
+        return "You take the key. Now go hall and open door."
+
+    def _open_door(self) -> StepResult:
+        if self._location != "hall":
+            return self._continue("The door is in the hall. Try: go hall.")
+        if not self._has_key:
+            return self._continue("The door is locked.")
+        self._done = True
+        return StepResult("The door opens. You escaped!", 1.0, True, False, self._info(success=True))
+
+    def _continue(self, observation: str) -> StepResult:
+        return StepResult(observation, 0.0, False, False, self._info(success=False))
+
+    def _info(self, success: bool) -> dict[str, Any]:
+        return {"success": success, "room": self._location, "has_key": self._has_key}

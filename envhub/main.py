@@ -1,0 +1,124 @@
+"""Run one envhub server (uvicorn + uvloop) serving every registered environment.
+
+    python -m envhub.main --port 8000            # CLI; --host defaults to 127.0.0.1
+
+From code: `serve(cfg, on_ready)` blocks and calls `on_ready(port)` once requests are
+accepted; `EnvhubServer(cfg).start_in_thread()` returns the bound port and `stop()` ends it
+(tests, or a Ray actor process); `await EnvhubServer(cfg).serve()` runs in the current loop.
+With `cfg.port == 0` the OS picks a free port: we bind the socket ourselves so the real
+port is known before uvicorn starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import socket
+import threading
+import time
+from typing import Callable
+
+import uvicorn
+import uvloop
+
+from envhub.config import EnvhubConfig
+from envhub.server import create_app
+
+ReadyCallback = Callable[[int], None]
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port); port 0 picks a free one."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+class EnvhubServer:
+    """One uvicorn server over `create_app(cfg)`, startable in a thread or in a running loop."""
+
+    def __init__(self, cfg: EnvhubConfig, log_level: str = "warning") -> None:
+        self.cfg = cfg
+        self._socket = bind_socket(cfg.host, cfg.port)
+        self.port: int = self._socket.getsockname()[1]
+        uvicorn_config = uvicorn.Config(
+            create_app(cfg), loop="uvloop", lifespan="on", log_level=log_level, access_log=False
+        )
+        self._server = uvicorn.Server(uvicorn_config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.cfg.host}]" if ":" in self.cfg.host else self.cfg.host
+        return f"http://{host}:{self.port}"
+
+    async def serve(self, on_ready: ReadyCallback | None = None) -> None:
+        """Serve in the running event loop until `stop()`; `on_ready(port)` once accepting."""
+        watcher = asyncio.create_task(self._report_ready(on_ready))
+        try:
+            await self._server.serve(sockets=[self._socket])
+        finally:
+            watcher.cancel()
+
+    def run(self, on_ready: ReadyCallback | None = None) -> None:
+        """Serve in a fresh uvloop event loop on this thread (blocks until `stop()`)."""
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self.serve(on_ready))
+
+    def start_in_thread(self, ready_timeout_s: float = 30.0) -> int:
+        """Serve on a daemon thread; returns the bound port once requests are accepted."""
+        self._thread = threading.Thread(target=self.run, name=f"envhub-{self.port}", daemon=True)
+        self._thread.start()
+        deadline_s = time.monotonic() + ready_timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"envhub server on port {self.port} died during startup (see its log)")
+            if time.monotonic() > deadline_s:
+                self.stop()
+                raise TimeoutError(f"envhub server on port {self.port} not ready after {ready_timeout_s}s")
+            time.sleep(0.01)
+        return self.port
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Ask the server to shut down (closing every session); joins its thread if it has one."""
+        self._server.should_exit = True  # uvicorn's main loop polls this flag
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                raise TimeoutError(f"envhub server on port {self.port} did not stop within {timeout_s}s")
+
+    async def _report_ready(self, on_ready: ReadyCallback | None) -> None:
+        while not self._server.started:
+            await asyncio.sleep(0.01)
+        if on_ready is not None:
+            on_ready(self.port)
+
+
+def serve(cfg: EnvhubConfig, on_ready: ReadyCallback | None = None, log_level: str = "info") -> None:
+    """Run an envhub server on this thread until interrupted; `on_ready(port)` once accepting."""
+    EnvhubServer(cfg, log_level=log_level).run(on_ready)
+
+
+def parse_config(argv: list[str] | None = None) -> EnvhubConfig:
+    """`--field-name value` for every `EnvhubConfig` field, so the CLI never drifts from the config."""
+    parser = argparse.ArgumentParser(description="Run an envhub environment server.")
+    for config_field in dataclasses.fields(EnvhubConfig):
+        flag = "--" + config_field.name.replace("_", "-")
+        parser.add_argument(flag, dest=config_field.name, type=type(config_field.default),
+                            default=config_field.default, help=f"default: {config_field.default}")
+    return EnvhubConfig(**vars(parser.parse_args(argv)))
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = parse_config(argv)
+    try:
+        serve(cfg, on_ready=lambda port: print(f"envhub listening on http://{cfg.host}:{port}", flush=True))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

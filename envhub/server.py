@@ -1,0 +1,296 @@
+"""One generic HTTP server for every registered environment (FastAPI; run by envhub/main.py).
+
+Endpoints (JSON):
+    GET    /health                    {"status": "ok", "sessions": n, "stats": {...}}
+    GET    /envs                      [{"id", "max_turns", "splits": {name: count}}]
+    POST   /sessions                  {"env_id", "task_id", "seed"} -> 201 {"session_id", "observation", "info"}
+    POST   /sessions/{sid}/step       {"action"} -> {"observation", "reward", "terminated", "truncated", "info"}
+    DELETE /sessions/{sid}            {"closed": true}   (idempotent for sessions the server already closed)
+
+Errors carry {"detail": message}: 400 bad task id, 404 unknown env or session, 409 step after
+the episode ended, 410 session gone (idle-reaped or closed after a failure), 422 malformed
+body, 500 the env raised (session closed), 503 session limit, 504 env call past its deadline
+(session closed). A failing env is always reported, never turned into a silent reward of 0.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import Counter, deque
+from typing import Any, AsyncIterator, Awaitable
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict
+
+from envhub import registry
+from envhub.base import Environment, StepContractError, StepResult
+from envhub.config import EnvhubConfig
+from envhub.sessions import (
+    EpisodeOverError,
+    Session,
+    SessionGoneError,
+    SessionLimitError,
+    SessionTable,
+    UnknownSessionError,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class CreateSessionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    env_id: str
+    task_id: str
+    seed: int = 0
+
+
+class CreateSessionResponse(BaseModel):
+    session_id: str
+    observation: str
+    info: dict[str, Any]
+
+
+class StepRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    action: str
+
+
+class StepResponse(BaseModel):
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+class ServerStats:
+    """Error counts per kind and a window of recent step latencies, reported by /health."""
+
+    def __init__(self, latency_window: int = 4096) -> None:
+        self.errors: Counter[str] = Counter()
+        self.step_latencies_s: deque[float] = deque(maxlen=latency_window)
+        self.steps_total = 0
+        self.sessions_created = 0
+        self.sessions_reaped = 0
+
+    def snapshot(self) -> dict[str, Any]:
+        latencies = sorted(self.step_latencies_s)
+
+        def percentile(fraction: float) -> float | None:
+            return latencies[min(len(latencies) - 1, int(fraction * len(latencies)))] if latencies else None
+
+        return {
+            "steps_total": self.steps_total,
+            "sessions_created": self.sessions_created,
+            "sessions_reaped": self.sessions_reaped,
+            "errors": dict(self.errors),
+            "step_latency_s": {"p50": percentile(0.5), "p99": percentile(0.99), "window": len(latencies)},
+        }
+
+
+async def _checked_reset(env: Environment, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
+    result = await env.reset(task_id, seed)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise StepContractError(f"reset must return (observation, info), got {type(result).__name__}")
+    observation, info = result
+    if not isinstance(observation, str) or not isinstance(info, dict):
+        raise StepContractError("reset must return (str, dict)")
+    _check_json(info)
+    return observation, info
+
+
+async def _checked_step(env: Environment, action: str) -> StepResult:
+    result = await env.step(action)
+    if not isinstance(result, StepResult):
+        raise StepContractError(f"step must return StepResult, got {type(result).__name__}")
+    _check_json(result.info)
+    return result
+
+
+def _check_json(info: dict[str, Any]) -> None:
+    try:
+        json.dumps(info, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise StepContractError(f"info is not JSON-serializable: {error}") from None
+
+
+class SessionService:
+    """The server's behaviour behind the routes: sessions, deadlines, error mapping, reaping."""
+
+    def __init__(self, cfg: EnvhubConfig) -> None:
+        self.cfg = cfg
+        self.stats = ServerStats()
+        self.table = SessionTable(cfg.max_sessions, cfg.session_idle_timeout_s)
+
+    def _error(self, kind: str, status_code: int, message: str) -> HTTPException:
+        self.stats.errors[kind] += 1
+        return HTTPException(status_code=status_code, detail=message)
+
+    def _session(self, session_id: str) -> Session:
+        try:
+            return self.table.get(session_id, time.monotonic())
+        except UnknownSessionError as error:
+            raise self._error("unknown_session", 404, str(error)) from None
+        except SessionGoneError as error:
+            raise self._error("session_gone", 410, str(error)) from None
+
+    async def create(self, request: CreateSessionRequest) -> CreateSessionResponse:
+        try:
+            env_spec = registry.spec(request.env_id)
+        except registry.UnknownEnvError as error:
+            raise self._error("unknown_env", 404, str(error)) from None
+        if not env_spec.has_task(request.task_id):
+            ranges = ", ".join(f"{name}={r.start}..{r.stop - 1}" for name, r in env_spec.splits.items())
+            raise self._error("bad_task", 400, f"env {request.env_id}: no task {request.task_id!r}; tasks: {ranges}")
+        session = self._new_session(request)
+        async with session.lock:
+            reset = _checked_reset(session.env, request.task_id, request.seed)
+            observation, info = await self._call_env(session, "reset", reset)
+        self.stats.sessions_created += 1
+        return CreateSessionResponse(session_id=session.session_id, observation=observation, info=info)
+
+    def _new_session(self, request: CreateSessionRequest) -> Session:
+        # No await between the room check and table.create, so the limit holds under concurrency.
+        try:
+            self.table.ensure_room()
+        except SessionLimitError as error:
+            raise self._error("session_limit", 503, str(error)) from None
+        try:
+            env = registry.make(request.env_id)
+        except Exception as error:
+            logger.exception("could not build env %s", request.env_id)
+            raise self._error("env_error", 500, f"could not build env {request.env_id}: {error!r}") from None
+        return self.table.create(request.env_id, request.task_id, env, time.monotonic())
+
+    async def step(self, session_id: str, action: str) -> StepResult:
+        session = self._session(session_id)
+        async with session.lock:
+            try:
+                session.check_steppable()
+            except SessionGoneError as error:
+                raise self._error("session_gone", 410, str(error)) from None
+            except EpisodeOverError as error:
+                raise self._error("episode_over", 409, str(error)) from None
+            started_s = time.perf_counter()
+            result = await self._call_env(session, "step", _checked_step(session.env, action))
+            self.stats.step_latencies_s.append(time.perf_counter() - started_s)
+            self.stats.steps_total += 1
+            session.last_used_s = time.monotonic()
+            session.episode_over = result.terminated or result.truncated
+        return result
+
+    async def close(self, session_id: str) -> dict[str, Any]:
+        reason = self.table.gone_reason(session_id)
+        if reason is not None:  # idempotent: clients close in `finally` after a 410/500/504
+            return {"closed": True, "reason": reason}
+        session = self.table.remove(session_id, "closed by client")
+        if session is None:
+            raise self._error("unknown_session", 404, f"unknown session {session_id}")
+        async with session.lock:  # lets an in-flight step finish first
+            await self._close_env(session.env, session.env_id)
+        return {"closed": True}
+
+    async def _call_env(self, session: Session, call: str, coroutine: Awaitable[Any]) -> Any:
+        """Await an env call under the deadline; on timeout or error close the session and raise."""
+        where = f"env {session.env_id} task {session.task_id}: {call}"
+        try:
+            return await asyncio.wait_for(coroutine, self.cfg.step_timeout_s)
+        except asyncio.TimeoutError:
+            await self._discard(session, f"{call} exceeded the {self.cfg.step_timeout_s:g}s deadline")
+            raise self._error("timeout", 504, f"{where} exceeded the {self.cfg.step_timeout_s:g}s deadline; "
+                              f"session {session.session_id} closed") from None
+        except Exception as error:
+            logger.warning("%s raised %r", where, error)
+            await self._discard(session, f"env error in {call}")
+            raise self._error("env_error", 500, f"{where} raised {type(error).__name__}: {error}; "
+                              f"session {session.session_id} closed") from None
+
+    async def _discard(self, session: Session, reason: str) -> None:
+        # The caller holds session.lock, so close the env directly.
+        self.table.remove(session.session_id, reason)
+        await self._close_env(session.env, session.env_id)
+
+    async def _close_env(self, env: Environment, env_id: str) -> None:
+        try:
+            await asyncio.wait_for(env.close(), self.cfg.step_timeout_s)
+        except Exception as error:  # the session is gone either way; count it, do not raise
+            logger.warning("closing an env %s failed: %r", env_id, error)
+            self.stats.errors["close_error"] += 1
+
+    async def _close_sessions(self, sessions: list[Session]) -> None:
+        async def close_one(session: Session) -> None:
+            async with session.lock:
+                await self._close_env(session.env, session.env_id)
+
+        await asyncio.gather(*(close_one(session) for session in sessions))
+
+    async def reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.reap_interval_s)
+            try:
+                reaped = self.table.reap_idle(time.monotonic())
+                self.stats.sessions_reaped += len(reaped)
+                await self._close_sessions(reaped)
+            except Exception:  # keep reaping; a dead reaper would leak every idle session
+                logger.exception("reaping idle sessions failed")
+                self.stats.errors["reaper_error"] += 1
+
+    async def shutdown(self) -> None:
+        await self._close_sessions(self.table.remove_all("server shut down"))
+
+
+def create_app(cfg: EnvhubConfig) -> FastAPI:
+    """The envhub ASGI app: routes over a `SessionService`, with a reaper for idle sessions."""
+    service = SessionService(cfg)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        reaper = asyncio.create_task(service.reap_forever(), name="envhub-reaper")
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+            await service.shutdown()
+
+    app = FastAPI(title="envhub", lifespan=lifespan)
+    app.state.service = service
+    _add_routes(app, service)
+    return app
+
+
+def _add_routes(app: FastAPI, service: SessionService) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def count_malformed(request: Request, error: RequestValidationError) -> Any:
+        service.stats.errors["malformed_request"] += 1
+        return await request_validation_exception_handler(request, error)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "sessions": len(service.table), "stats": service.stats.snapshot()}
+
+    @app.get("/envs")
+    async def list_envs() -> list[dict[str, Any]]:
+        return [
+            {"id": s.id, "max_turns": s.max_turns, "splits": {name: len(r) for name, r in s.splits.items()}}
+            for s in registry.list_specs()
+        ]
+
+    @app.post("/sessions", status_code=201, response_model=CreateSessionResponse)
+    async def create_session(request: CreateSessionRequest) -> CreateSessionResponse:
+        return await service.create(request)
+
+    @app.post("/sessions/{session_id}/step", response_model=StepResponse)
+    async def step_session(session_id: str, request: StepRequest) -> StepResponse:
+        result = await service.step(session_id, request.action)
+        return StepResponse(observation=result.observation, reward=result.reward, terminated=result.terminated,
+                            truncated=result.truncated, info=result.info)
+
+    @app.delete("/sessions/{session_id}")
+    async def close_session(session_id: str) -> dict[str, Any]:
+        return await service.close(session_id)

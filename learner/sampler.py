@@ -1,0 +1,376 @@
+"""Task sampling, task leases and staleness admission on the learner head.
+
+Every task draw becomes a *group* (``group_size`` episodes of one task, one GRPO group) with a
+unique ``group_id``; the head hands it to an actor as a ``TaskLease`` with a deadline. A group's
+life: drawn -> leased -> (expired -> re-leased)* -> completed -> consumed (trained on) or released
+(dropped by the learner). The ledger counts every transition, so no group is lost and none is
+counted twice; ``check_ledger`` states the invariants.
+
+Staleness admission (AReaL, arXiv 2505.24298): with ``G = groups_per_step`` and lag bound
+``S = max_policy_lag``, a new group is admitted only while
+
+    admitted = (completed - released) + outstanding + awaiting_reissue < (version + S + 1) * G
+
+``admitted`` is cumulative (consumed groups still count), so the k-th admitted group (k >= 1)
+enters at a version >= ceil(k / G) - S - 1 and, consumed in order at G groups per step, is
+trained at version ceil(k / G) - 1: at most S versions behind. Re-issuing an expired group
+needs no admission: the group already holds its slot, and the re-leased data is fresher.
+
+Lease ids are ``f"{group_id}-r{attempt}"`` with ``group_id = f"g{draw_index}"``, so a completion
+can be classified (late / duplicate) from the id without remembering every lease ever issued.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import random
+import re
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from common.protocol import TaskLease
+
+STATE_FORMAT = 1
+_LEASE_ID = re.compile(r"g(\d+)-r(\d+)")
+_COUNTERS = ("drawn", "issued", "reissued", "completed", "expired", "late", "duplicate",
+             "released", "consumed", "lost_on_restore")
+
+
+class LedgerError(RuntimeError):
+    """A sampler invariant is broken: a lease or group was lost or counted twice."""
+
+
+@dataclass
+class _Group:
+    """A drawn task that has not completed yet."""
+
+    group_id: str
+    env_id: str
+    task_id: str
+    seed: int
+    attempt: int
+    """Attempt number of the latest lease issued for this group (0 for the first)."""
+    lease_id: str | None
+    """The live lease, or None while the group waits to be re-issued."""
+
+
+def _stable_seed(*parts: object) -> int:
+    """A 31-bit seed from ``parts``, identical across processes (unlike ``hash``)."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+class _TaskCursor:
+    """Walks one env's tasks in a seeded shuffled order; a new shuffle each epoch."""
+
+    def __init__(self, env_id: str, task_ids: list[str], run_seed: int) -> None:
+        self.env_id, self.task_ids, self.run_seed = env_id, list(task_ids), run_seed
+        self.epoch, self.position = 0, 0
+        self._order = self._shuffled(0)
+
+    def _shuffled(self, epoch: int) -> list[str]:
+        order = list(self.task_ids)
+        random.Random(_stable_seed(self.run_seed, self.env_id, epoch)).shuffle(order)
+        return order
+
+    def next_task(self) -> str:
+        if self.position == len(self._order):
+            self.epoch, self.position = self.epoch + 1, 0
+            self._order = self._shuffled(self.epoch)
+        task = self._order[self.position]
+        self.position += 1
+        return task
+
+    def seek(self, epoch: int, position: int) -> None:
+        if not 0 <= position <= len(self.task_ids) or epoch < 0:
+            raise ValueError(f"{self.env_id}: bad cursor epoch={epoch} position={position}")
+        self.epoch, self.position = epoch, position
+        self._order = self._shuffled(epoch)
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256("\n".join(self.task_ids).encode()).hexdigest()[:16]
+
+
+class TaskSampler:
+    """Issues ``TaskLease``s round-robin across envs and keeps the lease ledger (head only)."""
+
+    def __init__(
+        self,
+        env_tasks: dict[str, list[str]],
+        group_size: int,
+        groups_per_step: int,
+        max_policy_lag: int,
+        lease_timeout_s: float,
+        max_episode_tokens: int,
+        seed: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        _validate_args(env_tasks, group_size, groups_per_step, max_policy_lag, lease_timeout_s,
+                       max_episode_tokens)
+        self.group_size, self.groups_per_step = group_size, groups_per_step
+        self.max_policy_lag, self.lease_timeout_s = max_policy_lag, lease_timeout_s
+        self.max_episode_tokens, self.seed, self.clock = max_episode_tokens, seed, clock
+        self.env_ids = list(env_tasks)  # round-robin in the given (config) order
+        self._cursors = {env: _TaskCursor(env, tasks, seed) for env, tasks in env_tasks.items()}
+        self.version = 0
+        self.turn_cap: int | None = None
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+        self._groups: dict[str, _Group] = {}  # not yet completed
+        self._leases: dict[str, TaskLease] = {}  # outstanding: issued, not expired, not completed
+        self._reissue: deque[str] = deque()  # group ids whose lease expired, oldest first
+        self._final_attempt: dict[int, int] = {}  # draw -> completing attempt, only when > 0
+        self._released_ids: set[str] = set()
+
+    # ------------------------------------------------------------------ driven by the head
+
+    def set_version(self, version: int) -> None:
+        """The policy version leases are stamped with; never decreases."""
+        if version < self.version:
+            raise ValueError(f"policy version went back from {self.version} to {version}")
+        self.version = version
+
+    def set_turn_cap(self, cap: int) -> None:
+        """Turn cap stamped on leases issued from now on (re-issues included)."""
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
+            raise ValueError(f"turn cap must be a positive integer, got {cap!r}")
+        self.turn_cap = cap
+
+    def admission_bound(self) -> int:
+        """Most groups that may have been admitted at the current version."""
+        return (self.version + self.max_policy_lag + 1) * self.groups_per_step
+
+    def admitted(self) -> int:
+        """Groups holding an admission slot: completed and not released, or still owed."""
+        c = self._counts
+        return c["completed"] - c["released"] + len(self._leases) + len(self._reissue)
+
+    def admissible(self) -> bool:
+        """Whether one more new group fits under the staleness bound."""
+        return self.admitted() < self.admission_bound()
+
+    def issue(self, now: float | None = None) -> TaskLease | None:
+        """The next lease: a re-issue of an expired group first, else a new draw; None if full.
+
+        Overdue leases are expired first. A re-issue needs no admission (its group already holds
+        a slot); a new draw happens only while ``admissible()``. Leases carry the current turn
+        cap and policy version and a deadline ``now + lease_timeout_s``.
+        """
+        if self.turn_cap is None:
+            raise RuntimeError("set_turn_cap must be called before the first lease is issued")
+        now = self.clock() if now is None else now
+        self.expire_overdue(now)
+        if self._reissue:
+            group = self._groups[self._reissue.popleft()]
+            group.attempt += 1
+            self._counts["reissued"] += 1
+            return self._lease(group, now)
+        if not self.admissible():
+            return None
+        return self._lease(self._draw(), now)
+
+    def expire_overdue(self, now: float | None = None) -> int:
+        """Move leases whose deadline has come (``now >= deadline``) to the re-issue queue."""
+        now = self.clock() if now is None else now
+        overdue = sorted((lease.deadline_unix_s, lease.lease_id) for lease in self._leases.values()
+                         if now >= lease.deadline_unix_s)
+        for _, lease_id in overdue:
+            lease = self._leases.pop(lease_id)
+            self._groups[lease.group_id].lease_id = None
+            self._reissue.append(lease.group_id)
+        self._counts["expired"] += len(overdue)
+        return len(overdue)
+
+    def complete(self, lease_id: str) -> bool:
+        """Record a returned lease. True exactly once per outstanding lease; False otherwise.
+
+        False means the head must discard the trajectories: ``late`` for a lease that expired
+        (its group was or will be re-issued), ``duplicate`` for one already completed or unknown.
+        """
+        lease = self._leases.pop(lease_id, None)
+        if lease is None:
+            self._counts[self._classify_rejected(lease_id)] += 1
+            return False
+        group = self._groups.pop(lease.group_id)
+        if group.attempt:
+            self._final_attempt[_parse_lease_id(lease_id)[0]] = group.attempt
+        self._counts["completed"] += 1
+        return True
+
+    def release(self, group_id: str) -> None:
+        """The learner dropped a completed group untrained: free its admission slot."""
+        draw = _parse_group_id(group_id)
+        if draw is None or draw >= self._counts["drawn"] or group_id in self._groups:
+            raise LedgerError(f"release of {group_id!r}: not a completed group")
+        if group_id in self._released_ids:
+            raise LedgerError(f"release of {group_id!r}: already released")
+        if self.buffered() < 1:
+            raise LedgerError(f"release of {group_id!r}: every completed group is already accounted for")
+        self._released_ids.add(group_id)
+        self._counts["released"] += 1
+
+    def consume(self, n_groups: int) -> None:
+        """The learner trained on ``n_groups`` completed groups."""
+        if n_groups < 0 or n_groups > self.buffered():
+            raise LedgerError(f"consume({n_groups}) with {self.buffered()} completed groups not yet used")
+        self._counts["consumed"] += n_groups
+
+    def outstanding(self) -> list[TaskLease]:
+        """Leases issued and neither expired nor completed, oldest deadline first."""
+        return sorted(self._leases.values(), key=lambda lease: (lease.deadline_unix_s, lease.lease_id))
+
+    def buffered(self) -> int:
+        """Completed groups neither consumed nor released (waiting in the learner's buffer)."""
+        c = self._counts
+        return c["completed"] - c["consumed"] - c["released"]
+
+    # ------------------------------------------------------------------ ledger
+
+    def ledger(self) -> dict[str, int]:
+        """All counters, plus the current ``outstanding``, ``awaiting_reissue``, ``buffered``."""
+        return {**self._counts, "outstanding": len(self._leases), "awaiting_reissue": len(self._reissue),
+                "buffered": self.buffered(), "admitted": self.admitted()}
+
+    def check_ledger(self, within_bound: bool = True) -> None:
+        """Raise ``LedgerError`` naming the first broken invariant.
+
+        ``within_bound=False`` skips the staleness-bound check, which a restore into a run with a
+        smaller ``groups_per_step`` or ``max_policy_lag`` may legitimately exceed for a while.
+        """
+        c = self.ledger()
+        live = sum(g.lease_id is not None for g in self._groups.values())
+        checks = {
+            "every lease is a draw or a re-issue": c["issued"] == c["drawn"] + c["reissued"],
+            "every lease completed, expired or outstanding":
+                c["issued"] == c["completed"] + c["expired"] + c["outstanding"],
+            "every draw completed or still owed":
+                c["drawn"] == c["completed"] + c["outstanding"] + c["awaiting_reissue"],
+            "every expiry re-issued or queued": c["expired"] == c["reissued"] + c["awaiting_reissue"],
+            "completed groups consumed, released or buffered": c["buffered"] >= 0,
+            "uncompleted groups match live leases and queue":
+                live == c["outstanding"] and len(self._groups) - live == c["awaiting_reissue"],
+            "admitted within the staleness bound": not within_bound or c["admitted"] <= self.admission_bound(),
+        }
+        broken = [name for name, ok in checks.items() if not ok]
+        if broken:
+            raise LedgerError(f"ledger invariant broken: {broken[0]}; ledger={c}")
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain JSON-able state: cursors, counters, version, cap, outstanding and queued groups."""
+        return {
+            "format": STATE_FORMAT,
+            "seed": self.seed,
+            "version": self.version,
+            "turn_cap": self.turn_cap,
+            "counts": dict(self._counts),
+            "cursors": {env: {"epoch": cur.epoch, "position": cur.position, "tasks": cur.fingerprint()}
+                        for env, cur in self._cursors.items()},
+            "groups": [dataclasses.asdict(g) for g in self._groups.values()],
+            "leases": [dataclasses.asdict(lease) for lease in self._leases.values()],
+            "reissue": list(self._reissue),
+            "final_attempt": [[draw, attempt] for draw, attempt in self._final_attempt.items()],
+            "released_ids": sorted(self._released_ids),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], keep_buffered: bool = False) -> None:
+        """Restore ``state_dict()`` output into a sampler built with the same envs and tasks.
+
+        Completed groups that were neither consumed nor released lived only in the old head's
+        memory: unless ``keep_buffered`` (the caller restored that buffer too) they are counted
+        as released and ``lost_on_restore``, so their admission slots do not stay taken forever.
+        Outstanding leases stay outstanding: if no actor returns them they expire and re-issue.
+        """
+        _check_state_header(state, self.seed, self._cursors)
+        for env, cursor in self._cursors.items():
+            cursor.seek(state["cursors"][env]["epoch"], state["cursors"][env]["position"])
+        self.version, self.turn_cap = state["version"], state["turn_cap"]
+        self._counts = {name: int(state["counts"][name]) for name in _COUNTERS}
+        self._groups = {g["group_id"]: _Group(**g) for g in state["groups"]}
+        self._leases = {lease["lease_id"]: TaskLease(**lease) for lease in state["leases"]}
+        self._reissue = deque(state["reissue"])
+        self._final_attempt = {int(draw): int(attempt) for draw, attempt in state["final_attempt"]}
+        self._released_ids = set(state["released_ids"])
+        if not keep_buffered:
+            lost = self.buffered()
+            self._counts["released"] += lost
+            self._counts["lost_on_restore"] += lost
+        self.check_ledger(within_bound=False)
+
+    # ------------------------------------------------------------------ internals
+
+    def _draw(self) -> _Group:
+        draw = self._counts["drawn"]
+        env_id = self.env_ids[draw % len(self.env_ids)]
+        group = _Group(group_id=f"g{draw}", env_id=env_id, task_id=self._cursors[env_id].next_task(),
+                       seed=_stable_seed(self.seed, "draw", draw), attempt=0, lease_id=None)
+        self._groups[group.group_id] = group
+        self._counts["drawn"] += 1
+        return group
+
+    def _lease(self, group: _Group, now: float) -> TaskLease:
+        assert self.turn_cap is not None
+        lease = TaskLease(
+            lease_id=f"{group.group_id}-r{group.attempt}", group_id=group.group_id, env_id=group.env_id,
+            task_id=group.task_id, seed=group.seed, group_size=self.group_size, turn_cap=self.turn_cap,
+            max_episode_tokens=self.max_episode_tokens, policy_version=self.version,
+            deadline_unix_s=now + self.lease_timeout_s,
+        )
+        group.lease_id = lease.lease_id
+        self._leases[lease.lease_id] = lease
+        self._counts["issued"] += 1
+        return lease
+
+    def _classify_rejected(self, lease_id: str) -> str:
+        """``late`` if ``lease_id`` was issued and expired; ``duplicate`` if completed or unknown."""
+        parsed = _parse_lease_id(lease_id)
+        if parsed is None or parsed[0] >= self._counts["drawn"]:
+            return "duplicate"
+        draw, attempt = parsed
+        group = self._groups.get(f"g{draw}")
+        if group is not None:  # not completed: every issued attempt of it that is not live expired
+            return "late" if attempt <= group.attempt else "duplicate"
+        final = self._final_attempt.get(draw, 0)
+        return "late" if attempt < final else "duplicate"
+
+
+def _parse_lease_id(lease_id: str) -> tuple[int, int] | None:
+    match = _LEASE_ID.fullmatch(lease_id) if isinstance(lease_id, str) else None
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def _parse_group_id(group_id: str) -> int | None:
+    match = re.fullmatch(r"g(\d+)", group_id) if isinstance(group_id, str) else None
+    return int(match[1]) if match else None
+
+
+def _validate_args(env_tasks: dict[str, list[str]], group_size: int, groups_per_step: int,
+                   max_policy_lag: int, lease_timeout_s: float, max_episode_tokens: int) -> None:
+    if not env_tasks:
+        raise ValueError("env_tasks is empty: the sampler needs at least one environment")
+    empty = [env for env, tasks in env_tasks.items() if not tasks]
+    if empty:
+        raise ValueError(f"environments without tasks: {empty}")
+    for name, value in (("group_size", group_size), ("groups_per_step", groups_per_step),
+                        ("max_episode_tokens", max_episode_tokens)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if max_policy_lag < 0:
+        raise ValueError(f"max_policy_lag must be >= 0, got {max_policy_lag}")
+    if not lease_timeout_s > 0:
+        raise ValueError(f"lease_timeout_s must be > 0, got {lease_timeout_s}")
+
+
+def _check_state_header(state: dict[str, Any], seed: int, cursors: dict[str, _TaskCursor]) -> None:
+    if state.get("format") != STATE_FORMAT:
+        raise ValueError(f"sampler state format {state.get('format')!r}, this build reads {STATE_FORMAT}")
+    if state["seed"] != seed:
+        raise ValueError(f"sampler state is from seed {state['seed']}, this sampler has seed {seed}")
+    if set(state["cursors"]) != set(cursors):
+        raise ValueError(f"sampler state has envs {sorted(state['cursors'])}, this run has {sorted(cursors)}")
+    changed = [env for env, cur in cursors.items() if state["cursors"][env]["tasks"] != cur.fingerprint()]
+    if changed:
+        raise ValueError(f"task lists changed since the checkpoint for envs {changed}")

@@ -1,0 +1,91 @@
+"""Wire protocol: round trips, and malformed or truncated messages rejected with ProtocolError."""
+
+import msgpack
+import numpy as np
+import pytest
+
+from common import protocol
+from common.protocol import (ActorStats, Control, LeaseRequest, ProtocolError, TaskLease, TensorSlot,
+                             Trajectory, WeightsAnnounce, decode, encode)
+
+
+def make_trajectory(n=7) -> Trajectory:
+    return Trajectory(
+        lease_id="g1-r0", group_id="g1", env_id="keydoor-v0", task_id="3", actor_id=1, episode_index=2,
+        token_ids=np.arange(n, dtype=np.int32), loss_mask=(np.arange(n) % 2).astype(np.uint8),
+        behavior_logprobs=np.linspace(-3, 0, n, dtype=np.float32), token_versions=np.full(n, 4, np.int32),
+        turn_spans=np.array([[1, 3], [5, 7]], np.int32), reward=1.0, success=True, terminated=True,
+        finish_reason="terminated", status="ok", num_turns=2, turn_cap=4,
+        timings={"episode_s": 0.5}, env_info={"room": "attic", "nested": [1, {"a": None}]},
+    )
+
+
+def test_trajectory_round_trip_keeps_arrays_exact():
+    original = make_trajectory()
+    decoded = decode(encode(original), Trajectory)
+    for name in ("token_ids", "loss_mask", "behavior_logprobs", "token_versions", "turn_spans"):
+        got, want = getattr(decoded, name), getattr(original, name)
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+    assert decoded.reward == 1.0 and decoded.status == "ok" and decoded.env_info == original.env_info
+
+
+def test_arrays_travel_as_raw_bytes_not_lists():
+    body = msgpack.unpackb(encode(make_trajectory(1000)))["body"]
+    assert body["token_ids"]["dtype"] == "<i4" and isinstance(body["token_ids"]["data"], bytes)
+    assert len(body["token_ids"]["data"]) == 4000
+
+
+@pytest.mark.parametrize("message", [
+    LeaseRequest(actor_id=0, max_leases=2),
+    TaskLease("l", "g", "keydoor-v0", "1", 7, 4, 3, 1024, 2, 1.5e9),
+    WeightsAnnounce(3, [128], [TensorSlot("w", [2, 3], "bfloat16", 0, 0, 12)]),
+    Control(command="set_turn_cap", turn_cap=6),
+    ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {"env_error": 1}),
+])
+def test_every_message_round_trips(message):
+    assert decode(encode(message)) == message
+
+
+def test_truncated_message_is_rejected():
+    data = encode(make_trajectory())
+    for cut in (1, len(data) // 2, len(data) - 1):
+        with pytest.raises(ProtocolError):
+            decode(data[:cut])
+
+
+def _envelope(body, type_="Trajectory", schema=protocol.SCHEMA_VERSION):
+    return msgpack.packb({"type": type_, "schema": schema, "body": body})
+
+
+def _body(**changes):
+    body = msgpack.unpackb(encode(make_trajectory()))["body"]
+    body.update(changes)
+    return body
+
+
+@pytest.mark.parametrize("data, fragment", [
+    (b"\xc1garbage", "msgpack"),
+    (msgpack.packb([1, 2, 3]), "envelope"),
+    (_envelope(_body(), schema=99), "schema version"),
+    (_envelope(_body(), type_="Pickle"), "unknown message type"),
+    (_envelope(_body(status="great")), "status"),
+    (_envelope(_body(reward="high")), "reward"),
+    (_envelope(_body(extra=1)), "unknown fields"),
+    (_envelope({k: v for k, v in _body().items() if k != "lease_id"}), "missing fields"),
+    (_envelope(_body(token_ids={"dtype": "<f8", "shape": [7], "data": b"\0" * 56})), "dtype"),
+    (_envelope(_body(token_ids={"dtype": "<i4", "shape": [7], "data": b"\0" * 27})), "bytes of data"),
+    (_envelope(_body(num_turns=True)), "num_turns"),
+])
+def test_malformed_messages_raise_protocol_error(data, fragment):
+    with pytest.raises(ProtocolError, match=fragment):
+        decode(data)
+
+
+def test_expected_type_is_enforced():
+    with pytest.raises(ProtocolError, match="unexpected message type"):
+        decode(encode(Control(command="stop")), Trajectory)
+
+
+def test_encode_refuses_non_messages():
+    with pytest.raises(ProtocolError):
+        encode({"type": "Trajectory"})

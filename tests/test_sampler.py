@@ -1,0 +1,254 @@
+"""TaskSampler: staleness admission, lease expiry and re-issue, the ledger, checkpoints."""
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from learner.sampler import LedgerError, TaskSampler
+
+ENV_TASKS = {"keydoor-v0": [f"k{i}" for i in range(5)], "maze-v0": [f"m{i}" for i in range(3)]}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_sampler(clock=None, groups_per_step=2, max_policy_lag=1, seed=7, env_tasks=ENV_TASKS) -> TaskSampler:
+    sampler = TaskSampler(env_tasks, group_size=4, groups_per_step=groups_per_step,
+                          max_policy_lag=max_policy_lag, lease_timeout_s=10.0, max_episode_tokens=512,
+                          seed=seed, clock=clock or FakeClock())
+    sampler.set_turn_cap(3)
+    return sampler
+
+
+def issue_all(sampler: TaskSampler) -> list:
+    leases = []
+    while (lease := sampler.issue()) is not None:
+        leases.append(lease)
+    return leases
+
+
+def test_admission_blocks_at_the_bound_and_opens_after_set_version():
+    sampler = make_sampler(groups_per_step=2, max_policy_lag=1)
+    first = issue_all(sampler)
+    assert len(first) == 4  # (version 0 + lag 1 + 1) * 2 groups
+    assert not sampler.admissible()
+    for lease in first:  # completing does not open admission: those groups are not trained yet
+        assert sampler.complete(lease.lease_id)
+    assert sampler.issue() is None
+    sampler.consume(2)
+    sampler.set_version(1)
+    second = issue_all(sampler)
+    assert len(second) == 2
+    assert {lease.policy_version for lease in second} == {1}
+    sampler.release(first[2].group_id)  # a dropped group frees its slot
+    assert len(issue_all(sampler)) == 1
+    sampler.check_ledger()
+
+
+def test_in_order_training_is_never_more_than_max_policy_lag_behind_and_the_bound_is_reached():
+    groups_per_step, lag = 3, 2
+    sampler = make_sampler(groups_per_step=groups_per_step, max_policy_lag=lag)
+    admitted_at, lags, pipeline = {}, [], []
+    for version in range(12):
+        sampler.set_version(version)
+        for lease in issue_all(sampler):
+            admitted_at[lease.group_id] = lease.policy_version
+            pipeline.append(lease)
+        batch, pipeline = pipeline[:groups_per_step], pipeline[groups_per_step:]
+        for lease in batch:  # complete in admission order, train at the current version
+            assert sampler.complete(lease.lease_id)
+            lags.append(version - admitted_at[lease.group_id])
+        sampler.consume(len(batch))
+    assert max(lags) == lag
+
+
+def test_expired_lease_is_reissued_and_only_the_reissue_completes():
+    clock = FakeClock()
+    sampler = make_sampler(clock)
+    original = sampler.issue()
+    clock.now += 10.0
+    sampler.set_turn_cap(5)
+    sampler.set_version(1)
+    reissue = sampler.issue()
+    assert (reissue.group_id, reissue.task_id, reissue.env_id, reissue.seed) == (
+        original.group_id, original.task_id, original.env_id, original.seed)
+    assert reissue.lease_id != original.lease_id
+    assert (reissue.turn_cap, reissue.policy_version, reissue.deadline_unix_s) == (5, 1, clock.now + 10.0)
+    assert not sampler.complete(original.lease_id)  # late: its group was handed to someone else
+    assert sampler.complete(reissue.lease_id)
+    assert not sampler.complete(reissue.lease_id)  # duplicate
+    assert not sampler.complete(original.lease_id)  # still late, not a duplicate
+    ledger = sampler.ledger()
+    assert {k: ledger[k] for k in ("issued", "reissued", "expired", "completed", "late", "duplicate")} == {
+        "issued": 2, "reissued": 1, "expired": 1, "completed": 1, "late": 2, "duplicate": 1}
+    sampler.check_ledger()
+
+
+def test_expired_lease_returned_before_its_reissue_is_late_and_the_group_still_reissues():
+    clock = FakeClock()
+    sampler = make_sampler(clock)
+    lease = sampler.issue()
+    clock.now += 10.0
+    assert sampler.expire_overdue() == 1
+    assert sampler.expire_overdue() == 0
+    assert not sampler.complete(lease.lease_id)
+    assert sampler.ledger()["late"] == 1
+    assert sampler.issue().group_id == lease.group_id
+
+
+def test_lease_before_its_deadline_does_not_expire():
+    clock = FakeClock()
+    sampler = make_sampler(clock)
+    lease = sampler.issue()
+    clock.now += 9.99
+    assert sampler.expire_overdue() == 0
+    assert sampler.complete(lease.lease_id)
+
+
+def test_unknown_and_malformed_lease_ids_are_rejected_and_counted():
+    sampler = make_sampler()
+    lease = sampler.issue()
+    for bogus in ("g999-r0", "nonsense", f"{lease.group_id}-r7"):
+        assert not sampler.complete(bogus)
+    assert sampler.ledger()["duplicate"] == 3
+    assert sampler.complete(lease.lease_id)
+
+
+def test_tasks_round_robin_across_envs_in_a_seeded_shuffle_per_epoch():
+    sampler = make_sampler(groups_per_step=1000)
+    leases = [sampler.issue() for _ in range(20)]
+    assert [lease.env_id for lease in leases[:4]] == ["keydoor-v0", "maze-v0"] * 2
+    keydoor = [lease.task_id for lease in leases if lease.env_id == "keydoor-v0"]
+    assert sorted(keydoor[:5]) == sorted(keydoor[5:10]) == sorted(ENV_TASKS["keydoor-v0"])  # each epoch covers all
+    maze = [lease.task_id for lease in leases if lease.env_id == "maze-v0"]
+    assert sorted(maze[:3]) == sorted(maze[3:6]) == sorted(ENV_TASKS["maze-v0"])
+    assert len({lease.group_id for lease in leases}) == 20
+    assert keydoor[:5] != keydoor[5:10]  # a fresh shuffle each epoch
+    replay = make_sampler(groups_per_step=1000)
+    same_seed = [replay.issue().task_id for _ in range(20)]
+    assert same_seed == [lease.task_id for lease in leases]
+    other_seed = make_sampler(groups_per_step=1000, seed=8)
+    assert [other_seed.issue().task_id for _ in range(20)] != same_seed
+
+
+def test_episode_seeds_are_deterministic_per_draw_and_distinct():
+    seeds = [lease.seed for lease in issue_all(make_sampler(groups_per_step=50))]
+    assert seeds == [lease.seed for lease in issue_all(make_sampler(groups_per_step=50))]
+    assert len(set(seeds)) == len(seeds) == 100
+    assert all(0 <= seed < 2**31 for seed in seeds)
+
+
+def test_ledger_invariants_hold_over_a_randomized_run_and_nothing_is_lost():
+    rng = random.Random(0)
+    clock = FakeClock()
+    sampler = make_sampler(clock, groups_per_step=3, max_policy_lag=2)
+    seen, buffer, accepted_groups = [], [], Counter()
+    for _ in range(3000):
+        op = rng.random()
+        if op < 0.35:
+            lease = sampler.issue()
+            if lease is not None:
+                assert lease.policy_version == sampler.version
+                seen.append(lease)
+        elif op < 0.7 and seen:
+            lease = rng.choice(seen[-12:])  # mostly live leases, sometimes stale or finished ones
+            if sampler.complete(lease.lease_id):
+                accepted_groups[lease.group_id] += 1
+                buffer.append(lease.group_id)
+        elif op < 0.8:
+            clock.now += rng.uniform(0.0, 6.0)
+        elif op < 0.9 and buffer:
+            n = rng.randint(0, len(buffer))
+            if rng.random() < 0.2 and n:
+                sampler.release(buffer.pop(rng.randrange(len(buffer))))
+            else:
+                del buffer[:n]
+                sampler.consume(n)
+        elif sampler.buffered() == 0 or rng.random() < 0.5:
+            sampler.set_version(sampler.version + 1)
+        sampler.check_ledger()
+    # drain: return every owed group before its deadline
+    while (ledger := sampler.ledger())["outstanding"] + ledger["awaiting_reissue"]:
+        lease = sampler.issue() or sampler.outstanding()[0]
+        assert sampler.complete(lease.lease_id)
+        accepted_groups[lease.group_id] += 1
+    sampler.check_ledger()
+    ledger = sampler.ledger()
+    assert set(accepted_groups.values()) == {1}  # every completed group counted exactly once
+    assert len(accepted_groups) == ledger["drawn"] == ledger["completed"]  # and none lost
+    assert ledger["expired"] > 10 and ledger["late"] > 10 and ledger["duplicate"] > 10  # the run hit them
+
+
+def test_state_dict_round_trip_continues_the_same_sequence():
+    clock = FakeClock()
+    original = make_sampler(clock, groups_per_step=2, max_policy_lag=3)
+    leases = issue_all(original)
+    assert original.complete(leases[0].lease_id) and original.complete(leases[1].lease_id)
+    original.consume(1)
+    clock.now += 10.0
+    original.expire_overdue()  # leases[2:] now await re-issue
+    state = json.loads(json.dumps(original.state_dict()))
+    restored = make_sampler(clock, groups_per_step=2, max_policy_lag=3)
+    restored.load_state_dict(state, keep_buffered=True)
+    assert restored.ledger() == original.ledger()
+    for version in (1, 2, 3):
+        for sampler in (original, restored):
+            sampler.set_version(version)
+        continued = [issue_all(sampler) for sampler in (original, restored)]
+        assert continued[0] == continued[1] and continued[0]
+        for lease in continued[0]:
+            assert original.complete(lease.lease_id) and restored.complete(lease.lease_id)
+        original.consume(2)
+        restored.consume(2)
+    assert restored.ledger() == original.ledger()
+    restored.check_ledger()
+
+
+def test_restore_keeps_outstanding_leases_and_frees_lost_buffered_groups():
+    clock = FakeClock()
+    original = make_sampler(clock, groups_per_step=2, max_policy_lag=0)
+    first, second = issue_all(original)
+    assert original.complete(first.lease_id)
+    restored = make_sampler(clock, groups_per_step=2, max_policy_lag=0)
+    restored.load_state_dict(original.state_dict())
+    assert restored.ledger()["lost_on_restore"] == 1  # the completed group died with the old head
+    assert restored.issue() is not None  # ... so its admission slot is free again
+    assert restored.complete(second.lease_id)  # an actor that survived the restart can still return
+    restored.check_ledger()
+
+
+def test_restore_into_changed_tasks_is_rejected():
+    state = make_sampler().state_dict()
+    changed = dict(ENV_TASKS, **{"maze-v0": ["m0", "m1"]})
+    with pytest.raises(ValueError, match="task lists changed"):
+        make_sampler(env_tasks=changed).load_state_dict(state)
+    with pytest.raises(ValueError, match="seed"):
+        make_sampler(seed=1).load_state_dict(state)
+
+
+def test_misuse_is_reported():
+    sampler = TaskSampler(ENV_TASKS, 4, 2, 1, 10.0, 512, seed=0, clock=FakeClock())
+    with pytest.raises(RuntimeError, match="set_turn_cap"):
+        sampler.issue()
+    sampler.set_turn_cap(2)
+    lease = sampler.issue()
+    with pytest.raises(LedgerError, match="not a completed group"):
+        sampler.release(lease.group_id)
+    with pytest.raises(LedgerError, match="consume"):
+        sampler.consume(1)
+    assert sampler.complete(lease.lease_id)
+    sampler.release(lease.group_id)
+    with pytest.raises(LedgerError, match="already released"):
+        sampler.release(lease.group_id)
+    sampler.set_version(3)
+    with pytest.raises(ValueError, match="went back"):
+        sampler.set_version(2)
+    with pytest.raises(ValueError, match="without tasks"):
+        TaskSampler({"e": []}, 4, 2, 1, 10.0, 512, seed=0)
