@@ -15,10 +15,10 @@ from typing import Any, Iterator
 import pytest
 
 from envhub import registry
-from envhub.base import Environment, StepResult
+from envhub.base import Environment, StepContractError, StepResult
 from envhub.client import EnvClient, EnvClientError
 from envhub.config import EnvhubConfig
-from envhub.conformance import check_env
+from envhub.conformance import ConformanceError, check_env
 from envhub.envs.keydoor import KeyDoorEnv
 from envhub.main import EnvhubServer, parse_config
 from envhub.sessions import SessionGoneError, SessionLimitError, SessionTable, UnknownSessionError
@@ -69,6 +69,13 @@ class RecordingEnv(Environment):
         type(self).closed_count += 1
 
 
+class SilentEnv(RecordingEnv):
+    """Breaks the contract: its first observation is empty."""
+
+    async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
+        return "", {"success": False}
+
+
 def _register_test_envs() -> None:
     if "test-slow-v0" in {env_spec.id for env_spec in registry.list_specs()}:
         return  # module imported twice
@@ -77,6 +84,7 @@ def _register_test_envs() -> None:
     registry.register("test-failstep-v0", f"{__name__}:FailingEnv", max_turns=4, splits=splits, fail_in="step")
     registry.register("test-failreset-v0", f"{__name__}:FailingEnv", max_turns=4, splits=splits, fail_in="reset")
     registry.register("test-recording-v0", f"{__name__}:RecordingEnv", max_turns=4, splits=splits)
+    registry.register("test-silent-v0", f"{__name__}:SilentEnv", max_turns=4, splits=splits)
 
 
 _register_test_envs()
@@ -141,6 +149,16 @@ def test_registry_validates_ids_and_names_registered_envs() -> None:
     assert keydoor.has_task("42") and keydoor.has_task("10999")
     assert not any(keydoor.has_task(bad) for bad in ("11000", "-1", "007", "x", " 4", ""))
     assert isinstance(registry.make("keydoor-v0"), KeyDoorEnv)
+
+
+def test_step_result_rejects_contract_violations() -> None:
+    with pytest.raises(StepContractError, match=r"\[0, 1\]"):
+        StepResult("obs", 1.5, False, False, {})
+    with pytest.raises(StepContractError, match="success"):
+        StepResult("obs", 1.0, True, False, {})
+    with pytest.raises(StepContractError, match="bool"):
+        StepResult("obs", 0.0, 1, False, {"success": False})
+    assert StepResult("obs", 1, True, False, {"success": True}).reward == 1.0
 
 
 # --- KeyDoor ---------------------------------------------------------------------------
@@ -329,6 +347,19 @@ def test_conformance_over_http(hub_url: str, env_id: str) -> None:
             assert report.steps_taken >= 1
             if env_id == "keydoor-v0":  # its example actions visit every room: a winning script
                 assert report.reached_terminal and report.success is True
+
+    asyncio.run(body())
+
+
+def test_conformance_catches_an_env_breaking_the_contract(hub_url: str) -> None:
+    async def body() -> None:
+        with pytest.raises(ConformanceError, match="non-empty"):
+            await check_env(registry.make("test-silent-v0"), "test-silent-v0")
+        async with EnvClient(hub_url) as client:
+            before = await _open_sessions(client)
+            with pytest.raises(ConformanceError, match="non-empty"):
+                await check_env(client, "test-silent-v0")
+            assert await _open_sessions(client) == before  # the checker closed its session anyway
 
     asyncio.run(body())
 
