@@ -82,3 +82,9 @@ class Environment(abc.ABC):
 
     async def close(self) -> None:
         """Release resources held by this instance; the default holds none."""
+
+    @classmethod
+    def task_splits(cls, **options: Any) -> dict[str, range]:
+        """Task-id ranges per split, for envs registered with ``splits=None`` (tasks that depend
+        on options, such as a recipe folder). Envs with fixed splits never need this."""
+        raise NotImplementedError(f"{cls.__name__} was registered without splits and defines no task_splits()")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,10 @@ class EnvhubConfig:
 
     max_sessions: int = 1024
     """Most sessions open at once; creating one more answers 503 instead of exhausting memory."""
+
+    env_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Constructor options per env id, e.g. ``{textcraft-v0: {recipes_dir: /data/recipes}}``;
+    they also decide the task list of envs whose tasks depend on options."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

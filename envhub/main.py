@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import socket
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Callable
 import uvicorn
 import uvloop
 
+from common.config import ConfigError, load_config
 from envhub.config import EnvhubConfig
 from envhub.server import create_app
 
@@ -103,13 +103,23 @@ def serve(cfg: EnvhubConfig, on_ready: ReadyCallback | None = None, log_level: s
 
 
 def parse_config(argv: list[str] | None = None) -> EnvhubConfig:
-    """`--field-name value` for every `EnvhubConfig` field, so the CLI never drifts from the config."""
-    parser = argparse.ArgumentParser(description="Run an envhub environment server.")
-    for config_field in dataclasses.fields(EnvhubConfig):
-        flag = "--" + config_field.name.replace("_", "-")
-        parser.add_argument(flag, dest=config_field.name, type=type(config_field.default),
-                            default=config_field.default, help=f"default: {config_field.default}")
-    return EnvhubConfig(**vars(parser.parse_args(argv)))
+    """The run config's ``envhub`` section: ``--config FILE`` plus overrides in the project's one
+    grammar; a bare ``--port 8000`` (or ``--step-timeout-s 5``) means ``--envhub.port 8000``."""
+    parser = argparse.ArgumentParser(description="Run an envhub environment server.",
+                                     epilog="Overrides: --envhub.<key> value, or --<key> value for short.")
+    parser.add_argument("--config", help="a run config YAML; its envhub section is used")
+    args, rest = parser.parse_known_args(argv)
+    overrides = [_qualify(arg) for arg in rest]
+    try:
+        return load_config(args.config, overrides).envhub
+    except ConfigError as error:
+        parser.error(str(error))
+
+
+def _qualify(arg: str) -> str:
+    if not arg.startswith("--") or "." in arg.split("=", 1)[0]:
+        return arg
+    return "--envhub." + arg[2:].replace("-", "_")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,9 @@ so listing environments never imports heavy environment code.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,8 +43,9 @@ class EnvSpec:
     max_turns: int
     """Default turn cap for this env (the horizon schedule may lower it)."""
 
-    splits: dict[str, range]
-    """Task ids per split; a task id is the decimal string of an int in the range."""
+    splits: dict[str, range] | None
+    """Task ids per split (a task id is the decimal string of an int in the range), or None when
+    the tasks depend on the env's options: then the class's ``task_splits(**options)`` says."""
 
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments passed to the environment class on every `make`."""
@@ -54,10 +57,10 @@ class EnvSpec:
             raise ValueError(f"entry_point {self.entry_point!r} must look like 'module.path:ClassName'")
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
-        if not self.splits or not all(isinstance(r, range) for r in self.splits.values()):
+        if self.splits is not None and (not self.splits or not all(isinstance(r, range) for r in self.splits.values())):
             raise ValueError(f"splits must be a non-empty dict of name -> range, got {self.splits!r}")
 
-    def has_task(self, task_id: str) -> bool:
+    def has_task(self, task_id: str, **options: Any) -> bool:
         """True when `task_id` is the canonical decimal string of a task in some split."""
         try:
             number = int(task_id)
@@ -65,10 +68,11 @@ class EnvSpec:
             return False
         if str(number) != task_id:  # reject "007", " 7", "7_0": one task, one spelling
             return False
-        return any(number in task_range for task_range in self.splits.values())
+        return any(number in task_range for task_range in task_splits(self.id, **options).values())
 
 
-def register(id: str, entry_point: str, max_turns: int, splits: dict[str, range], **kwargs: Any) -> EnvSpec:
+def register(id: str, entry_point: str, max_turns: int, splits: dict[str, range] | None = None,
+             **kwargs: Any) -> EnvSpec:
     """Register an environment; registering an id twice is an error."""
     if id in _specs:
         raise ValueError(f"env id {id!r} is already registered")
@@ -93,9 +97,27 @@ def list_specs() -> list[EnvSpec]:
     return [_specs[env_id] for env_id in sorted(_specs)]
 
 
-def task_ids(id: str, split: str) -> list[str]:
+def task_splits(id: str, **options: Any) -> dict[str, range]:
+    """Task-id ranges per split of env `id` under `options` (the env's constructor keywords)."""
+    env_spec = spec(id)
+    if env_spec.splits is not None:
+        return env_spec.splits
+    merged = {**env_spec.kwargs, **options}
+    return _dynamic_splits(id, json.dumps(merged, sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=64)
+def _dynamic_splits(id: str, options_json: str) -> dict[str, range]:
+    # Cached: loading an env's task list (recipes, levels, question sets) can take seconds.
+    splits = load_env_class(id).task_splits(**json.loads(options_json))
+    if not splits or not all(isinstance(r, range) for r in splits.values()):
+        raise TypeError(f"{id}: task_splits() must return a non-empty dict of name -> range")
+    return dict(splits)
+
+
+def task_ids(id: str, split: str, **options: Any) -> list[str]:
     """Task ids of one split of env `id`, as strings."""
-    splits = spec(id).splits
+    splits = task_splits(id, **options)
     if split not in splits:
         raise KeyError(f"env {id!r} has no split {split!r}; splits: {', '.join(sorted(splits))}")
     return [str(number) for number in splits[split]]

@@ -126,6 +126,10 @@ class SessionService:
         self.stats = ServerStats()
         self.table = SessionTable(cfg.max_sessions, cfg.session_idle_timeout_s)
 
+    def options(self, env_id: str) -> dict[str, Any]:
+        """Constructor options configured for `env_id` (``envhub.env_options``)."""
+        return dict(self.cfg.env_options.get(env_id, {}))
+
     def _error(self, kind: str, status_code: int, message: str) -> HTTPException:
         self.stats.errors[kind] += 1
         return HTTPException(status_code=status_code, detail=message)
@@ -143,8 +147,10 @@ class SessionService:
             env_spec = registry.spec(request.env_id)
         except registry.UnknownEnvError as error:
             raise self._error("unknown_env", 404, str(error)) from None
-        if not env_spec.has_task(request.task_id):
-            ranges = ", ".join(f"{name}={r.start}..{r.stop - 1}" for name, r in env_spec.splits.items())
+        options = self.options(request.env_id)
+        if not env_spec.has_task(request.task_id, **options):
+            splits = registry.task_splits(request.env_id, **options)
+            ranges = ", ".join(f"{name}={r.start}..{r.stop - 1}" for name, r in splits.items())
             raise self._error("bad_task", 400, f"env {request.env_id}: no task {request.task_id!r}; tasks: {ranges}")
         session = self._new_session(request)
         async with session.lock:
@@ -160,7 +166,7 @@ class SessionService:
         except SessionLimitError as error:
             raise self._error("session_limit", 503, str(error)) from None
         try:
-            env = registry.make(request.env_id)
+            env = registry.make(request.env_id, **self.options(request.env_id))
         except Exception as error:
             logger.exception("could not build env %s", request.env_id)
             raise self._error("env_error", 500, f"could not build env {request.env_id}: {error!r}") from None
@@ -277,7 +283,8 @@ def _add_routes(app: FastAPI, service: SessionService) -> None:
     @app.get("/envs")
     async def list_envs() -> list[dict[str, Any]]:
         return [
-            {"id": s.id, "max_turns": s.max_turns, "splits": {name: len(r) for name, r in s.splits.items()}}
+            {"id": s.id, "max_turns": s.max_turns,
+             "splits": {name: len(r) for name, r in registry.task_splits(s.id, **service.options(s.id)).items()}}
             for s in registry.list_specs()
         ]
 

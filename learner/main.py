@@ -83,7 +83,8 @@ class Learner:
 
     def _make_sampler(self) -> TaskSampler:
         r, lc = self.cfg.rollout, self.cfg.learner
-        env_tasks = {env_id: task_ids(env_id, r.split) for env_id in r.envs}
+        options = self.cfg.envhub.env_options
+        env_tasks = {env_id: task_ids(env_id, r.split, **options.get(env_id, {})) for env_id in r.envs}
         return TaskSampler(env_tasks, r.group_size, lc.groups_per_step, lc.max_policy_lag,
                            lc.lease_timeout_s, r.max_episode_tokens, self.cfg.run.seed)
 

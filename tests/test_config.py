@@ -75,3 +75,10 @@ def test_resolved_config_round_trips(tmp_path):
     tree = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert tree["run"]["seed"] == 5 and "envhub" in tree and "lr" in tree["learner"]
     assert load_config(tmp_path / "config.yaml") == cfg
+
+
+def test_env_options_accept_a_mapping_per_env():
+    cfg = load_config(None, ["--envhub.env_options", "{textcraft-v0: {recipes_dir: /r, distractors: 4}}"])
+    assert cfg.envhub.env_options == {"textcraft-v0": {"recipes_dir": "/r", "distractors": 4}}
+    with pytest.raises(ConfigError, match="envhub.env_options"):
+        load_config(None, ["--envhub.env_options", "[1, 2]"])

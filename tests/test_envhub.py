@@ -364,8 +364,8 @@ def test_conformance_catches_an_env_breaking_the_contract(hub_url: str) -> None:
     asyncio.run(body())
 
 
-def test_cli_flags_mirror_config_fields() -> None:
-    cfg = parse_config(["--port", "8123", "--step-timeout-s", "2.5", "--max-sessions", "7"])
+def test_cli_flags_use_the_config_grammar() -> None:
+    cfg = parse_config(["--port", "8123", "--step-timeout-s", "2.5", "--envhub.max_sessions", "7"])
     assert cfg == EnvhubConfig(port=8123, step_timeout_s=2.5, max_sessions=7)
     with pytest.raises(SystemExit):
         parse_config(["--no-such-flag", "1"])
