@@ -57,8 +57,8 @@ class EnvSpec:
             raise ValueError(f"entry_point {self.entry_point!r} must look like 'module.path:ClassName'")
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {self.max_turns}")
-        if self.splits is not None and (not self.splits or not all(isinstance(r, range) for r in self.splits.values())):
-            raise ValueError(f"splits must be a non-empty dict of name -> range, got {self.splits!r}")
+        if self.splits is not None and not _valid_splits(self.splits):
+            raise ValueError(f"splits must be a non-empty dict of name -> range or list of ints, got {self.splits!r}")
 
     def has_task(self, task_id: str, **options: Any) -> bool:
         """True when `task_id` is the canonical decimal string of a task in some split."""
@@ -97,8 +97,8 @@ def list_specs() -> list[EnvSpec]:
     return [_specs[env_id] for env_id in sorted(_specs)]
 
 
-def task_splits(id: str, **options: Any) -> dict[str, range]:
-    """Task-id ranges per split of env `id` under `options` (the env's constructor keywords)."""
+def task_splits(id: str, **options: Any) -> dict[str, range | list[int]]:
+    """Task numbers per split of env `id` under `options` (the env's constructor keywords)."""
     env_spec = spec(id)
     if env_spec.splits is not None:
         return env_spec.splits
@@ -107,12 +107,20 @@ def task_splits(id: str, **options: Any) -> dict[str, range]:
 
 
 @functools.lru_cache(maxsize=64)
-def _dynamic_splits(id: str, options_json: str) -> dict[str, range]:
+def _dynamic_splits(id: str, options_json: str) -> dict[str, range | list[int]]:
     # Cached: loading an env's task list (recipes, levels, question sets) can take seconds.
     splits = load_env_class(id).task_splits(**json.loads(options_json))
-    if not splits or not all(isinstance(r, range) for r in splits.values()):
-        raise TypeError(f"{id}: task_splits() must return a non-empty dict of name -> range")
+    if not _valid_splits(splits):
+        raise TypeError(f"{id}: task_splits() must return a non-empty dict of name -> range or list of ints")
     return dict(splits)
+
+
+def _valid_splits(splits: Any) -> bool:
+    """Splits map names to task numbers: a ``range``, or a list of ints for interleaved splits."""
+    def valid(numbers: Any) -> bool:
+        return isinstance(numbers, range) or (isinstance(numbers, (list, tuple)) and all(
+            isinstance(n, int) and not isinstance(n, bool) for n in numbers))
+    return isinstance(splits, dict) and bool(splits) and all(valid(v) for v in splits.values())
 
 
 def task_ids(id: str, split: str, **options: Any) -> list[str]:

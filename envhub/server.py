@@ -150,7 +150,7 @@ class SessionService:
         options = self.options(request.env_id)
         if not env_spec.has_task(request.task_id, **options):
             splits = registry.task_splits(request.env_id, **options)
-            ranges = ", ".join(f"{name}={r.start}..{r.stop - 1}" for name, r in splits.items())
+            ranges = ", ".join(f"{name}: {_describe(numbers)}" for name, numbers in splits.items())
             raise self._error("bad_task", 400, f"env {request.env_id}: no task {request.task_id!r}; tasks: {ranges}")
         session = self._new_session(request)
         async with session.lock:
@@ -301,3 +301,9 @@ def _add_routes(app: FastAPI, service: SessionService) -> None:
     @app.delete("/sessions/{session_id}")
     async def close_session(session_id: str) -> dict[str, Any]:
         return await service.close(session_id)
+
+
+def _describe(numbers: range | list[int]) -> str:
+    if isinstance(numbers, range):
+        return f"{numbers.start}..{numbers.stop - 1}"
+    return f"{len(numbers)} ids from {min(numbers, default=0)} to {max(numbers, default=0)}"
