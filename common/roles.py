@@ -36,11 +36,17 @@ class RoleHost:
 
     def __init__(self, log_path: str, factory: str, *args: Any):
         redirect_output(log_path)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # tqdm bars clutter role logs
         module_name, class_name = factory.split(":")
         self.role = getattr(importlib.import_module(module_name), class_name)(*args)
 
     def call(self, method: str, *args: Any) -> Any:
-        return getattr(self.role, method)(*args)
+        try:
+            return getattr(self.role, method)(*args)
+        except BaseException:
+            # Ray hands the exception to the caller; the role's own log must tell the story too.
+            logging.getLogger("role").exception("%s() failed", method)
+            raise
 
     def pid(self) -> int:
         return os.getpid()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ class Supervisor:
         self.roles: list[Role] = []
         self._finished_early: dict = {}
         self._last_printed_step = 0
+        self._learner_run = None
         self._host = ray.remote(RoleHost)
 
     def __enter__(self) -> "Supervisor":
@@ -75,8 +75,8 @@ class Supervisor:
             self._report_failure(failure)
             return 1
         except KeyboardInterrupt:
-            print("\ninterrupted: stopping every role", flush=True)
-            self._request_stop()
+            print("\ninterrupted: asking the learner to save and stop (Ctrl-C again to kill)", flush=True)
+            self._stop_gracefully()
             return 130
         _print_summary(summary, self.run_dir)
         return 0
@@ -86,12 +86,13 @@ class Supervisor:
         envhub = self.start_role("envhub-0", "envhub.main:EnvhubServer", cfg.envhub)
         port = self.call(envhub, "start_in_thread", timeout_s=120)
         url = f"http://{cfg.envhub.host}:{port}"
-        learner = self.start_role("learner-0", "learner.main:Learner", cfg, str(self.run_dir))
+        learner = self.start_role("learner-0", "learner.main:Learner", cfg, str(self.run_dir), url)
         addresses = self.call(learner, "setup", timeout_s=600)
         actors = [self.start_role(f"actor-{i}", "actors.main:Actor", cfg, i, addresses, url)
                   for i in range(cfg.actors.count)]
         print(f"started envhub, learner and {len(actors)} actor(s); waiting for the first batch ...", flush=True)
-        runs = {learner.handle.call.remote("run"): learner}
+        self._learner_run = learner.handle.call.remote("run")
+        runs = {self._learner_run: learner}
         runs.update({a.handle.call.remote("run"): a for a in actors})
         summary = self._watch(runs, learner)
         summary["actors"] = self._wait_actors(runs, learner)
@@ -142,10 +143,17 @@ class Supervisor:
               f"turn_cap {p['turn_cap']}  samples/s {p['samples_per_s']:.1f}  policy_lag {p['policy_lag']:.2f}",
               flush=True)
 
-    def _request_stop(self) -> None:
-        for role in self.roles:
-            role.handle.call.remote("request_stop" if role.name.startswith("learner") else "stop")
-        time.sleep(2)
+    def _stop_gracefully(self, timeout_s: float = 60.0) -> None:
+        """The learner saves a checkpoint and tells the actors to stop; then everything is killed."""
+        learner = next((r for r in self.roles if r.name.startswith("learner")), None)
+        if learner is None or self._learner_run is None:
+            return
+        try:
+            learner.handle.call.remote("request_stop")
+            summary = ray.get(self._learner_run, timeout=timeout_s)
+            print(f"stopped at step {summary.get('step')}; checkpoint: {summary.get('checkpoint')}", flush=True)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError, KeyboardInterrupt):
+            print("the learner did not stop in time; killing every role", flush=True)
 
     def _report_failure(self, failure: RoleFailed) -> None:
         path = failure.role.log_path

@@ -43,6 +43,7 @@ from learner.horizon import StepwiseHorizon
 from learner.model import full_parameters, init_process_group, load_sharded_model
 from learner.rollout_metrics import rollout_scalars
 from learner.sampler import TaskSampler
+from learner.service_metrics import actor_scalars, envhub_scalars
 from learner.train_step import train_step
 
 log = logging.getLogger("learner")
@@ -51,8 +52,8 @@ log = logging.getLogger("learner")
 class Learner:
     """One learner process; the launcher calls ``setup``, then ``run``; ``progress`` any time."""
 
-    def __init__(self, cfg: Config, run_dir: str, host: str = "127.0.0.1"):
-        self.cfg, self.run_dir, self.host = cfg, Path(run_dir), host
+    def __init__(self, cfg: Config, run_dir: str, envhub_url: str | None = None, host: str = "127.0.0.1"):
+        self.cfg, self.run_dir, self.envhub_url, self.host = cfg, Path(run_dir), envhub_url, host
         self.step, self.version = 0, 0
         self._progress: dict = {"step": 0}
         self._dropped_stale = 0
@@ -133,6 +134,8 @@ class Learner:
         self._broadcast_weights()
         t2 = time.monotonic()
         scalars.update(self._loop_scalars(episodes, wait_s, t1 - t0, t2 - t1, turn_cap))
+        scalars.update(envhub_scalars(self.envhub_url))
+        scalars.update(actor_scalars(dict(self.head.actor_stats)))
         self.metrics.scalars(scalars, self.step)
         self._update_progress(scalars, turn_cap)
         every = self.cfg.learner.checkpoint_every

@@ -66,7 +66,8 @@ def test_tensorboard_has_rollout_and_learner_scalars(smoke_run):
     acc.Reload()
     tags = acc.Tags()["scalars"]
     for tag in ("rollout/reward", "rollout/success", "learner/loss", "optim/grad_norm",
-                "async/policy_lag_mean", "horizon/turn_cap", "perf/samples_per_s"):
+                "async/policy_lag_mean", "horizon/turn_cap", "perf/samples_per_s", "envhub/sessions",
+                "envhub/step_latency_p50_s", "time/broadcast_s"):
         assert tag in tags, f"{tag} missing from {sorted(tags)}"
     caps = [e.value for e in acc.Scalars("horizon/turn_cap")]
     assert caps[0] == 3 and caps[-1] == 5  # the stepwise horizon raised the cap at step 2

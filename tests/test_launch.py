@@ -1,0 +1,54 @@
+"""The launcher fails fast and says where, and Ctrl-C stops a run cleanly."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def launch(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "launch.py", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def test_unknown_config_key_fails_before_starting_anything(tmp_path):
+    proc = launch("--config", "configs/smoke.yaml", "--output-dir", str(tmp_path), "--learner.learning_rate", "1")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "learner.learning_rate" in out and "groups_per_step" in out
+    assert not any(tmp_path.iterdir()), "no run folder for a config that does not load"
+
+
+def test_a_dying_role_stops_the_run_and_points_at_its_log(tmp_path):
+    proc = launch("--config", "configs/smoke.yaml", "--output-dir", str(tmp_path), "--run-name", "bad",
+                  "--rollout.envs", "[no-such-env-v0]")
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 1, out
+    log_path = tmp_path / "bad" / "logs" / "learner-0.log"
+    assert "FAILED: learner-0" in out and str(log_path) in out
+    assert "no-such-env-v0" in out  # the log's last lines name the cause
+    assert "no-such-env-v0" in log_path.read_text()
+
+
+def test_ctrl_c_saves_and_shuts_everything_down(tmp_path):
+    # A terminal's Ctrl-C reaches the whole process group: simulate exactly that.
+    proc = launch("--config", "configs/smoke.yaml", "--output-dir", str(tmp_path), "--run-name", "int",
+                  "--max-steps", "1000", start_new_session=True)
+    lines = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if line.startswith("step ") or not line:
+            break
+    assert any(ln.startswith("step ") for ln in lines), "".join(lines)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(lines) + out
+    assert "stopped at step" in out
+    checkpoints = list((tmp_path / "int" / "checkpoints").glob("step_*/COMPLETE"))
+    assert checkpoints, "the learner saves a checkpoint on Ctrl-C"
