@@ -10,6 +10,8 @@
     python launch.py                                   # the default CPU job
     python launch.py --config configs/smoke.yaml       # 90-second smoke run
     python launch.py --actors 4 --learner.lr 3e-4      # flags and overrides
+    python launch.py --run-name r1 --resume            # continue runs/r1 from its last checkpoint
+    python launch.py --replay runs/r1/trajectories     # the learner alone, on a recorded stream
 """
 
 from __future__ import annotations
@@ -47,8 +49,16 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     parser.add_argument("--max-steps", type=int, help="learner steps")
     parser.add_argument("--output-dir", help="folder holding the run folders")
     parser.add_argument("--run-name", help="name of this run's folder")
+    parser.add_argument("--resume", action="store_true", help="continue --run-name from its latest checkpoint")
+    parser.add_argument("--replay", metavar="TRAJECTORIES", help="train on a recorded stream; no actors, no envhub")
     args, rest = parser.parse_known_args(argv)
+    if args.resume and not args.run_name:
+        parser.error("--resume needs --run-name: the run folder to continue")
     overrides = list(rest)
+    if args.resume:
+        overrides += ["--run.resume", "true"]
+    if args.replay:
+        overrides += ["--run.replay", str(Path(args.replay).resolve())]
     for flag, key in FLAG_TO_KEY.items():
         if getattr(args, flag) is not None:
             overrides += [f"--{key}", str(getattr(args, flag))]
@@ -61,16 +71,15 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
 def make_run_dir(cfg: Config) -> Path:
     name = cfg.run.run_name or time.strftime("run-%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run.output_dir).expanduser().resolve() / name
+    if cfg.run.resume and not run_dir.is_dir():
+        sys.exit(f"launch: --resume: no run folder {run_dir}")
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    write_resolved(cfg, run_dir / "config.yaml")
+    write_resolved(cfg, run_dir / ("config.resumed.yaml" if cfg.run.resume else "config.yaml"))
     return run_dir
 
 
 def main(argv: list[str]) -> int:
     cfg, _ = parse_args(argv)
-    if cfg.learner.num_ranks != 1:
-        print("launch: learner.num_ranks > 1 (multi-rank FSDP) is not supported yet; use 1", file=sys.stderr)
-        return 2
     run_dir = make_run_dir(cfg)
     print(f"run folder: {run_dir}\ntensorboard: tensorboard --logdir {run_dir / 'tb'}", flush=True)
     from common.supervisor import Supervisor  # imports Ray: keep --help fast

@@ -9,15 +9,27 @@ from dataclasses import dataclass
 class ActorsConfig:
     count: int = 1
     """Number of actor processes (``--actors``)."""
+    engine: str = "cpu"
+    """Inference engine: ``cpu`` (transformers, continuous batching) or ``vllm`` (GPU; the vllm extra)."""
+    vllm_gpu_memory_utilization: float = 0.9
+    """vLLM only: share of the GPU's memory for weights and KV cache."""
     max_concurrent_episodes: int = 16
     """Episodes one actor runs at once; more leases are not requested beyond this."""
     max_batch_size: int = 32
     """Most sequences the CPU engine decodes in one forward pass."""
+    max_queued_requests: int = 1024
+    """CPU engine: requests waiting for a batch row beyond which ``generate`` waits (backpressure)."""
+    max_cached_prefix_tokens: int = 65536
+    """CPU engine: tokens of KV cache kept to reuse an episode's earlier turns; 0 turns reuse off."""
     torch_threads: int = 1
     """Torch intra-op threads per actor process (CPU engine)."""
     env_timeout_s: float = 30.0
     """HTTP deadline of one envhub call; a miss ends the episode with status ``timeout``."""
     stats_interval_s: float = 5.0
     """How often an actor sends ActorStats to the head."""
-    join_timeout_s: float = 120.0
-    """How long an actor waits to join the weight-broadcast group at start-up."""
+    max_restarts: int = 3
+    """Times the launcher restarts a dead actor (its leases are re-issued) before failing the run."""
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("cpu", "vllm"):
+            raise ValueError(f"engine must be cpu or vllm, got {self.engine!r}")

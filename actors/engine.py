@@ -1,22 +1,25 @@
-"""Batched CPU inference engine over a transformers causal LM (the test/dev backend).
+"""Continuously batched CPU inference engine over a transformers causal LM (the test/dev backend).
 
 Episodes on the actor's asyncio loop call ``await engine.generate(prompt_ids, params)``.
-A dedicated worker thread does all torch work so the loop stays responsive:
+A dedicated worker thread does all torch work so the loop stays responsive. Each step:
 
-1. wait until requests are queued (or weights are staged, which are then applied at once);
-2. take up to ``max_batch_size`` waiting requests as one wave;
-3. prefill them together: left-padded, with an attention mask and position ids derived
-   from it, so padding does not change any row's logits;
-4. decode step by step over a ``DynamicCache``; each step samples from
-   softmax(logits / temperature) and records the sampled token's log-prob and the policy
-   version that produced it; a row that hits a stop token or ``max_new_tokens`` is
-   resolved right away and pruned from the batch;
-5. between steps (a safe point: no forward pass in flight) apply staged weights, so
-   every later token carries the new version.
+1. apply staged weights, if any (a safe point: no forward pass in flight); every later token
+   carries the new version. States computed by the old weights would give logprobs of neither
+   version, so the prefix cache is cleared and every running request is re-prefilled (its
+   prompt and sampled tokens run through the new weights, as the vLLM engine does): each token
+   labelled v comes from weights v over its whole context;
+2. take waiting requests while the batch has free rows (``max_batch_size``); for each, take
+   the longest cached prefix of its prompt (``actors.prefix_cache``), prefill only the rest
+   (grouped by width, ``actors.decode_batch.prefill``), sample its first token and merge it
+   into the running batch: requests join between decode steps and never wait for a wave;
+3. decode one token for every running row in one forward pass over the shared KV slab
+   (``actors.kv_slab``), recording each token's fp32 logprob and policy version;
+4. resolve finished rows at once (stop token or ``max_new_tokens``) and free their rows; a
+   finished request's states go to the prefix cache under its token ids (prompt + sampled
+   tokens but the last), so the episode's next turn prefills only its new tokens.
 
-Requests arriving during a wave wait for the next one. Continuous batching would admit
-them in step 5 instead: a ``DecodeBatch.admit`` that prefills the newcomers and merges
-their cache rows; nothing outside ``DecodeBatch`` and ``CpuEngine._run_wave`` changes.
+``generate`` waits (asynchronously) while ``max_queued_requests`` requests already wait for
+a row, so a burst of episodes cannot grow the queue without bound.
 
 The engine never changes torch's thread count: the actor process sets it
 (``actors.torch_threads``).
@@ -26,169 +29,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import threading
+import time
 from collections import deque
-from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
+
+from actors.decode_batch import DecodeBatch, EngineRequest, Newcomer, prefill, prefill_groups
+from actors.engine_api import EngineError, Generation, SamplingParams
+from actors.kv_slab import RowKv
+from actors.prefix_cache import CachedPrefix, PrefixCache
+
+__all__ = ["CpuEngine", "EngineError", "Generation", "SamplingParams"]
 
 logger = logging.getLogger(__name__)
 
-_PAD_TOKEN_ID = 0
-"""Any valid id: padded positions are masked out of attention."""
 
-
-class EngineError(RuntimeError):
-    """A request could not be served: the engine stopped or a forward pass failed."""
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """How to sample one completion."""
-
-    max_new_tokens: int
-    """Most tokens to generate; reaching it ends the request with finish_reason "length"."""
-    temperature: float = 1.0
-    """Logits are divided by this before softmax; must be > 0 (no greedy mode)."""
-    stop_token_ids: tuple[int, ...] = ()
-    """Sampling one of these ends the request with "stop"; the stop token is kept in the output."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ValueError(f"temperature must be finite and > 0, got {self.temperature!r}")
-        # A list would make the frozen dataclass unhashable; store a tuple whatever was given.
-        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
-
-
-@dataclass(frozen=True)
-class Generation:
-    """The sampled completion of one request, aligned token by token."""
-
-    token_ids: list[int]
-    """Sampled token ids, exactly as sampled (never re-tokenized)."""
-    logprobs: list[float]
-    """log p(token) under the tempered sampling distribution softmax(logits / temperature), fp32."""
-    versions: list[int]
-    """Policy version of the weights that produced each token's logits."""
-    finish_reason: str
-    """"stop" (a stop token was sampled) or "length" (max_new_tokens reached)."""
-
-
-@dataclass(eq=False)
-class _Request:
-    """One generate() call in flight; its output lists grow as the worker decodes."""
-
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    cancelled: bool = False
-    """Set on the event loop when the awaiting task is cancelled; the worker drops the row."""
-
-    def finish_reason(self) -> str | None:
-        if self.token_ids and self.token_ids[-1] in self.params.stop_token_ids:
-            return "stop"
-        if len(self.token_ids) >= self.params.max_new_tokens:
-            return "length"
-        return None
-
-
-class DecodeBatch:
-    """Rows decoding together: their KV cache, attention mask and next position ids."""
-
-    def __init__(self, model: torch.nn.Module, requests: list[_Request], generator: torch.Generator):
-        self.requests = list(requests)
-        self._model = model
-        self._generator = generator
-        self._cache = DynamicCache(config=model.config)
-        self._temperatures = torch.tensor([[r.params.temperature] for r in requests], dtype=torch.float32)
-        self._attention_mask = torch.empty(0)
-        self._next_position_ids = torch.empty(0)
-        self._last_token_ids = torch.empty(0)
-
-    @torch.inference_mode()
-    def prefill(self, version: int) -> None:
-        input_ids, self._attention_mask = _left_pad([r.prompt_token_ids for r in self.requests])
-        # Left padding shifts every row; positions count only real tokens.
-        position_ids = (self._attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        logits = self._forward(input_ids, position_ids, logits_to_keep=1)
-        self._next_position_ids = position_ids[:, -1] + 1
-        self._sample(logits, version)
-
-    @torch.inference_mode()
-    def decode_step(self, version: int) -> None:
-        ones = torch.ones(len(self.requests), 1, dtype=self._attention_mask.dtype)
-        self._attention_mask = torch.cat([self._attention_mask, ones], dim=1)
-        logits = self._forward(self._last_token_ids[:, None], self._next_position_ids[:, None])
-        self._next_position_ids = self._next_position_ids + 1
-        self._sample(logits, version)
-
-    @torch.inference_mode()
-    def pop_finished(self) -> list[tuple[_Request, str]]:
-        """Remove finished and cancelled rows; return the finished ones with their reason."""
-        finished, keep = [], []
-        for row, request in enumerate(self.requests):
-            reason = request.finish_reason()
-            if reason is not None:
-                finished.append((request, reason))
-            elif not request.cancelled:
-                keep.append(row)
-        if len(keep) < len(self.requests):
-            self._keep_rows(keep)
-        return finished
-
-    def _keep_rows(self, rows: list[int]) -> None:
-        self.requests = [self.requests[row] for row in rows]
-        if not rows:
-            return
-        index = torch.tensor(rows, dtype=torch.long)
-        self._cache.batch_select_indices(index)
-        self._attention_mask = self._attention_mask[index]
-        self._next_position_ids = self._next_position_ids[index]
-        self._last_token_ids = self._last_token_ids[index]
-        self._temperatures = self._temperatures[index]
-
-    def _forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
-        output = self._model(
-            input_ids=input_ids,
-            attention_mask=self._attention_mask,
-            position_ids=position_ids,
-            cache=self._cache,
-            use_cache=True,
-            logits_to_keep=logits_to_keep,
-        )
-        return output.logits[:, -1, :].float()
-
-    def _sample(self, logits: torch.Tensor, version: int) -> None:
-        logprobs = torch.log_softmax(logits / self._temperatures, dim=-1)
-        token_ids = torch.multinomial(logprobs.exp(), num_samples=1, generator=self._generator)
-        token_logprobs = logprobs.gather(1, token_ids).squeeze(1)
-        self._last_token_ids = token_ids.squeeze(1)
-        for request, token_id, logprob in zip(self.requests, token_ids.squeeze(1).tolist(), token_logprobs.tolist()):
-            request.token_ids.append(token_id)
-            request.logprobs.append(logprob)
-            request.versions.append(version)
-
-
-def _left_pad(prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-align prompts in one (rows, longest) id tensor; return it with its attention mask."""
-    width = max(len(p) for p in prompts)
-    input_ids = torch.full((len(prompts), width), _PAD_TOKEN_ID, dtype=torch.long)
-    attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        input_ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        attention_mask[row, width - len(prompt) :] = 1
-    return input_ids, attention_mask
-
-
-def _settle(request: _Request, result: Generation | None = None, error: BaseException | None = None) -> None:
+def _settle(request: EngineRequest, result: Generation | None = None, error: BaseException | None = None) -> None:
     """Resolve a request's future on its own event loop (called from the worker thread)."""
 
     def settle_on_loop() -> None:
@@ -199,33 +56,61 @@ def _settle(request: _Request, result: Generation | None = None, error: BaseExce
         else:
             request.future.set_result(result)
 
+    _call_on_loop(request.loop, settle_on_loop)
+
+
+def _call_on_loop(loop: asyncio.AbstractEventLoop, callback) -> None:
     try:
-        request.loop.call_soon_threadsafe(settle_on_loop)
+        loop.call_soon_threadsafe(callback)
     except RuntimeError:  # the loop is closed: nobody is waiting for this answer any more
         pass
 
 
 class CpuEngine:
-    """Batches concurrent generate() calls over one causal LM on a worker thread."""
+    """Serves concurrent generate() calls from one continuously batched causal LM on a worker thread."""
 
-    def __init__(self, model: torch.nn.Module, max_batch_size: int = 32, seed: int = 0):
+    def __init__(self, model: torch.nn.Module, max_batch_size: int = 32, seed: int = 0,
+                 max_queued_requests: int = 1024, max_cached_prefix_tokens: int = 65536,
+                 initial_version: int = 0):
+        """``max_cached_prefix_tokens`` bounds the prefix cache; 0 turns prefix reuse off. A
+        cached token costs 2 x layers x kv_heads x head_dim x dtype bytes (tiny model: 2 KiB).
+        ``initial_version``: the policy version of ``model``'s weights (non-zero on a resume)."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if max_queued_requests < 1:
+            raise ValueError(f"max_queued_requests must be >= 1, got {max_queued_requests}")
+        layer_types = set(getattr(model.config, "layer_types", None) or ["full_attention"])
+        if layer_types != {"full_attention"}:
+            raise ValueError(f"CpuEngine serves full-attention models only; this one has layers {sorted(layer_types)}")
         self._model = model.eval()
         self._max_batch_size = max_batch_size
+        self._max_queued_requests = max_queued_requests
         self._generator = torch.Generator().manual_seed(seed)
         self._params_by_name = dict(model.named_parameters(remove_duplicate=False))
         self._vocab_size = int(model.config.vocab_size)
         self._max_positions = getattr(model.config, "max_position_embeddings", None)
+        self._batch = DecodeBatch(self._model, self._generator)
+        self._prefix_cache = PrefixCache(max_cached_prefix_tokens)
         self._condition = threading.Condition()
-        self._waiting: deque[_Request] = deque()
+        self._waiting: deque[EngineRequest] = deque()
+        self._room_waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = deque()
         self._running_count = 0
         self._staged: tuple[dict[str, torch.Tensor], int] | None = None
-        self._version = 0
-        self._largest_batch_size = 0
-        self._generated_token_count = 0
+        self._version = initial_version
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self.largest_batch_size = 0
+        """Most requests decoding together so far (shows that batching happens)."""
+        self.generated_token_count = 0
+        """Tokens sampled since construction, for tokens/s statistics."""
+        self.prefill_tokens = 0
+        """Context tokens run through the model: prompts past their cached prefix, and running
+        requests re-prefilled after a weight update."""
+        self.reused_tokens = 0
+        """Prompt tokens whose KV states came from the prefix cache instead of a forward pass."""
+        self.busy_cpu_s = 0.0
+        """CPU seconds the worker thread spent serving (forward passes and bookkeeping, not idle
+        waits): per generated token it measures batching efficiency even on a contended machine."""
 
     @property
     def version(self) -> int:
@@ -234,19 +119,14 @@ class CpuEngine:
 
     @property
     def queue_depth(self) -> int:
-        """Requests waiting plus running."""
+        """Requests waiting for a row plus running (not those held back by ``max_queued_requests``)."""
         with self._condition:
             return len(self._waiting) + self._running_count
 
     @property
-    def largest_batch_size(self) -> int:
-        """Most requests prefilled together so far (shows that batching happens)."""
-        return self._largest_batch_size
-
-    @property
-    def generated_token_count(self) -> int:
-        """Tokens sampled since construction, for tokens/s statistics."""
-        return self._generated_token_count
+    def cached_prefix_tokens(self) -> int:
+        """Tokens whose KV states the prefix cache holds now."""
+        return self._prefix_cache.token_count
 
     def start(self) -> None:
         """Start the worker thread; requests queued before this wait for it."""
@@ -266,22 +146,19 @@ class CpuEngine:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        self._fail_waiting(EngineError("engine stopped"))
+        self._fail_pending(EngineError("engine stopped"))
 
     async def generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Generation:
         """Sample a completion of the prompt; raises EngineError if the engine stops first."""
         self._check_prompt(prompt_token_ids, params)
         loop = asyncio.get_running_loop()
-        request = _Request(list(prompt_token_ids), params, loop, loop.create_future())
-        with self._condition:
-            if self._stopping:
-                raise EngineError("engine stopped")
-            self._waiting.append(request)
-            self._condition.notify_all()
+        request = EngineRequest(list(prompt_token_ids), params, loop, loop.create_future())
+        await self._enqueue(request)
         try:
             return await request.future
         except asyncio.CancelledError:
             request.cancelled = True
+            self._forget_waiting(request)
             raise
 
     def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
@@ -299,6 +176,44 @@ class CpuEngine:
                 raise ValueError(f"staged version {version} is not newer than version {newest}")
             self._staged = (dict(state), version)
             self._condition.notify_all()
+
+    async def _enqueue(self, request: EngineRequest) -> None:
+        """Queue the request, first waiting (FIFO) while ``max_queued_requests`` already wait."""
+        woken = False
+        while True:
+            with self._condition:
+                if self._stopping:
+                    raise EngineError("engine stopped")
+                has_room = len(self._waiting) < self._max_queued_requests
+                if has_room and (woken or not self._room_waiters):
+                    self._waiting.append(request)
+                    self._condition.notify_all()
+                    return
+                room = request.loop.create_future()
+                # A woken waiter that lost its slot to a newcomer keeps its place at the front.
+                (self._room_waiters.appendleft if woken else self._room_waiters.append)((request.loop, room))
+            try:
+                await room
+            except asyncio.CancelledError:
+                with self._condition:
+                    if (request.loop, room) in self._room_waiters:
+                        self._room_waiters.remove((request.loop, room))
+                    else:  # it was woken already: pass the free slot on
+                        self._wake_room_waiters_locked(1)
+                raise
+            woken = True
+
+    def _wake_room_waiters_locked(self, count: int) -> None:
+        for _ in range(min(count, len(self._room_waiters))):
+            loop, room = self._room_waiters.popleft()
+            _call_on_loop(loop, lambda room=room: room.done() or room.set_result(None))
+
+    def _forget_waiting(self, request: EngineRequest) -> None:
+        """A cancelled request leaves the queue at once, so it does not hold a queue slot."""
+        with self._condition:
+            if request in self._waiting:
+                self._waiting.remove(request)
+                self._wake_room_waiters_locked(1)
 
     def _check_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         if len(prompt_token_ids) == 0:
@@ -324,83 +239,130 @@ class CpuEngine:
         if missing:
             raise ValueError(f"staged weights miss parameters: {missing[:5]}")
 
-    def _apply_staged_weights(self) -> None:
+    def _apply_staged_weights(self) -> bool:
         with self._condition:
             staged, self._staged = self._staged, None
         if staged is None:
-            return
+            return False
         state, version = staged
         with torch.no_grad():
             for name, tensor in state.items():
                 self._params_by_name[name].copy_(tensor)
         self._version = version
+        self._prefix_cache.clear()  # states computed by the old weights must not seed new requests
         logger.info("applied weights of version %d", version)
+        return True
 
     def _worker_main(self) -> None:
         try:
-            while (requests := self._next_wave()) is not None:
-                self._run_wave(requests)
+            while True:
+                started_cpu_s = time.thread_time()
+                if self._apply_staged_weights():
+                    self._reprefill(self._batch.drop_all())
+                self.busy_cpu_s += time.thread_time() - started_cpu_s
+                if (newcomers := self._next_newcomers()) is None:
+                    break
+                started_cpu_s = time.thread_time()
+                self._step(newcomers)
+                self.busy_cpu_s += time.thread_time() - started_cpu_s
         except Exception:
             logger.exception("cpu engine worker crashed")
             with self._condition:
                 self._stopping = True
-        self._fail_waiting(EngineError("engine stopped"))
+        self._fail_pending(EngineError("engine stopped"))
 
-    def _next_wave(self) -> list[_Request] | None:
-        """Block until requests wait; return up to max_batch_size of them (None when stopping)."""
-        while True:
-            self._apply_staged_weights()  # also while idle, so `version` is current
-            with self._condition:
+    def _next_newcomers(self) -> list[EngineRequest] | None:
+        """Waiting requests that fit in the batch; blocks while idle; None when stopping.
+
+        Returns none at once when weights are staged, so they apply before anything else runs.
+        """
+        with self._condition:
+            while True:
                 if self._stopping:
                     return None
-                requests = self._take_waiting_locked()
-                if requests:
-                    self._running_count = len(requests)
-                    self._largest_batch_size = max(self._largest_batch_size, len(requests))
-                    return requests
-                if self._staged is None:
-                    self._condition.wait()
+                if self._staged is not None:
+                    return []
+                newcomers, queued = [], len(self._waiting)
+                while self._waiting and len(self._batch) + len(newcomers) < self._max_batch_size:
+                    request = self._waiting.popleft()
+                    if not request.cancelled:
+                        newcomers.append(request)
+                self._wake_room_waiters_locked(queued - len(self._waiting))
+                if newcomers or len(self._batch):
+                    self._running_count = len(self._batch) + len(newcomers)
+                    return newcomers
+                self._condition.wait()
 
-    def _take_waiting_locked(self) -> list[_Request]:
-        requests = []
-        while self._waiting and len(requests) < self._max_batch_size:
-            request = self._waiting.popleft()
-            if not request.cancelled:
-                requests.append(request)
-        return requests
-
-    def _run_wave(self, requests: list[_Request]) -> None:
-        batch = DecodeBatch(self._model, requests, self._generator)
+    @torch.inference_mode()
+    def _step(self, newcomers: list[EngineRequest]) -> None:
+        """Admit the newcomers, then decode one token for every row; a failed forward pass fails them all."""
+        in_flight = [*self._batch.requests, *newcomers]  # settling twice is harmless; forgetting one hangs it
         try:
-            batch.prefill(self._version)
-            self._resolve_finished(batch)
-            while batch.requests:
-                if self._stopping:
-                    raise EngineError("engine stopped")
-                self._apply_staged_weights()
-                batch.decode_step(self._version)
-                self._resolve_finished(batch)
+            if newcomers:
+                self._admit(newcomers)
+            if len(self._batch):
+                self._batch.decode_step(self._version)
+                self.generated_token_count += len(self._batch)
+                self._resolve(self._batch.pop_finished(keep_states=self._prefix_cache.max_tokens > 0))
         except Exception as error:
-            if not isinstance(error, EngineError):
-                logger.exception("generation failed for a batch of %d", len(batch.requests))
-                error = EngineError(f"generation failed: {error!r}")
-            for request in batch.requests:
-                _settle(request, error=error)
-        finally:
-            with self._condition:
-                self._running_count = 0
-
-    def _resolve_finished(self, batch: DecodeBatch) -> None:
-        self._generated_token_count += len(batch.requests)
-        for request, reason in batch.pop_finished():
-            generation = Generation(request.token_ids, request.logprobs, request.versions, reason)
-            _settle(request, result=generation)
+            logger.exception("generation failed for a batch of %d", len(self._batch) + len(newcomers))
+            failure = EngineError(f"generation failed: {error!r}")
+            self._batch.drop_all()
+            for request in in_flight:
+                _settle(request, error=failure)
         with self._condition:
-            self._running_count = len(batch.requests)
+            self._running_count = len(self._batch)
 
-    def _fail_waiting(self, error: EngineError) -> None:
+    @torch.inference_mode()
+    def _reprefill(self, running: list[EngineRequest]) -> None:
+        """Recompute the running requests' states with the weights just applied; they decode on."""
+        try:
+            self._prefill_and_join([Newcomer(request, None) for request in running])
+        except Exception as error:
+            logger.exception("re-prefill after a weight update failed for %d requests", len(running))
+            failure = EngineError(f"generation failed: {error!r}")
+            self._batch.drop_all()
+            for request in running:
+                _settle(request, error=failure)
+
+    def _admit(self, requests: list[EngineRequest]) -> None:
+        self._prefill_and_join([Newcomer(r, self._prefix_cache.take(r.prompt_token_ids)) for r in requests])
+
+    def _prefill_and_join(self, newcomers: list[Newcomer]) -> None:
+        for group in prefill_groups(newcomers):
+            self.reused_tokens += sum(n.reused_token_count for n in group)
+            self.prefill_tokens += sum(len(n.suffix) for n in group)
+            sampled_before = sum(len(n.request.token_ids) for n in group)
+            states = prefill(self._model, group, self._version, self._generator)
+            self.generated_token_count += sum(len(n.request.token_ids) for n in group) - sampled_before
+            for newcomer, kv in zip(group, states):
+                request = newcomer.request
+                reason = request.finish_reason()
+                if reason is not None:
+                    self._resolve([(request, reason, kv)])
+                elif not request.cancelled:
+                    self._batch.admit(request, kv)
+        self.largest_batch_size = max(self.largest_batch_size, len(self._batch))
+
+    def _resolve(self, finished: list[tuple[EngineRequest, str, RowKv | None]]) -> None:
+        for request, reason, kv in finished:
+            if kv is not None:
+                # The states cover the context up to the last token that went through the model;
+                # a request that ended at its first sampled token holds one token fewer than its
+                # context. Cache exactly what is held: a shorter prefix is still a valid prefix.
+                held = kv[0][0].shape[1] if kv else 0
+                tokens = request.context_token_ids()[:held]
+                if tokens:
+                    self._prefix_cache.put(tokens, CachedPrefix(len(tokens), kv))
+            _settle(request, result=Generation(request.token_ids, request.logprobs, request.versions, reason))
+
+    def _fail_pending(self, error: EngineError) -> None:
+        """Fail waiting requests, the running batch (worker thread only) and generate() calls held back."""
         with self._condition:
             waiting = list(self._waiting)
             self._waiting.clear()
+            self._wake_room_waiters_locked(len(self._room_waiters))
+        if self._thread is None or threading.current_thread() is self._thread or not self._thread.is_alive():
+            waiting += self._batch.drop_all()
         for request in waiting:
             _settle(request, error=error)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from actors.engine import CpuEngine, EngineError, SamplingParams
+from actors.engine_api import EngineError, InferenceEngine, SamplingParams
 from common.chat import ChatTokenBuffer
 from common.protocol import TaskLease, Trajectory
 from envhub.client import EnvClient, EnvClientError
@@ -24,7 +24,7 @@ class EpisodeDeps:
     """What every episode of an actor shares."""
 
     actor_id: int
-    engine: CpuEngine
+    engine: InferenceEngine
     env: EnvClient
     tokenizer: object
     sampling: SamplingParams
@@ -118,14 +118,14 @@ def _trajectory(lease: TaskLease, index: int, actor_id: int, buf: ChatTokenBuffe
     arrays = buf.as_arrays()
     return Trajectory(
         lease_id=lease.lease_id, group_id=lease.group_id, env_id=lease.env_id, task_id=lease.task_id,
-        actor_id=actor_id, episode_index=index,
+        actor_id=actor_id, episode_index=index, group_size=lease.group_size,
         token_ids=arrays["token_ids"], loss_mask=arrays["loss_mask"],
         behavior_logprobs=arrays["logprobs"], token_versions=arrays["versions"],
         turn_spans=arrays["turn_spans"].reshape(-1, 2).astype(np.int32),
         reward=float(min(max(out.reward, 0.0), 1.0)), success=out.success,
         terminated=out.terminated, truncated=out.truncated, finish_reason=out.finish_reason,
         status=out.status, error=out.error, num_turns=out.num_turns, turn_cap=lease.turn_cap,
-        timings=out.timings, env_info=_plain(out.env_info),
+        timings=out.timings, env_info=_plain(out.env_info), purpose=lease.purpose,
     )
 
 

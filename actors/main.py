@@ -23,12 +23,13 @@ import uvloop
 import zmq
 import zmq.asyncio
 
-from actors.engine import CpuEngine, SamplingParams
+from actors.engine_api import InferenceEngine, SamplingParams
+from actors.engines import build_engine, stop_token_ids
 from actors.episode import EpisodeDeps, run_episode
 from actors.weights import ControlThread
 from common import protocol
 from common.config import Config
-from common.models import load_model, load_tokenizer
+from common.models import load_tokenizer
 from common.protocol import ActorStats, Control, LeaseRequest, TaskLease
 from common.transport import Inbox, configure
 from envhub.client import EnvClient
@@ -65,17 +66,17 @@ class Actor:
         cfg = self.cfg
         path = self.addresses["model_path"]
         tokenizer = load_tokenizer(path)
-        engine = CpuEngine(load_model(path, cfg.model.dtype), cfg.actors.max_batch_size, seed=cfg.run.seed + self.actor_id)
+        engine = build_engine(cfg, path, self.actor_id, int(self.addresses["policy_version"]))
         engine.start()
-        control = ControlThread(engine, self.addresses["control"], self.addresses["weights"], self.actor_id + 1,
-                                cfg.actors.count + 1, cfg.learner.broadcast_timeout_s, self._on_control)
+        control = ControlThread(engine, self.actor_id, self.addresses, cfg.learner.broadcast_timeout_s,
+                                self._on_control)
         control.start()
         ctx = zmq.asyncio.Context.instance()
         dealer = configure(ctx.socket(zmq.DEALER))
         dealer.connect(self.addresses["lease"])
         push = configure(ctx.socket(zmq.PUSH))
         push.connect(self.addresses["trajectories"])
-        sampling = SamplingParams(cfg.rollout.max_new_tokens, cfg.rollout.temperature, (tokenizer.eos_token_id,))
+        sampling = SamplingParams(cfg.rollout.max_new_tokens, cfg.rollout.temperature, stop_token_ids(tokenizer, path))
         async with EnvClient(self.envhub_url, cfg.actors.env_timeout_s) as env:
             deps = EpisodeDeps(self.actor_id, engine, env, tokenizer, sampling, cfg.rollout.system_prompt)
             tasks = [asyncio.create_task(self._lease_loop(dealer, push, deps)),
@@ -91,7 +92,8 @@ class Actor:
         if control.error is not None:
             raise RuntimeError("actor control thread failed") from control.error
         return {"actor_id": self.actor_id, "episodes": self.finished, "weight_version": engine.version,
-                "versions_received": control.versions_applied, "errors": dict(self.errors),
+                "versions_received": control.versions_applied, "weight_group_failures": control.failures,
+                "errors": dict(self.errors),
                 "stopped_by": self._stopped_by}
 
     def _on_control(self, message: Control) -> None:
@@ -111,7 +113,10 @@ class Actor:
                 lease = inbox.parse(await dealer.recv(), TaskLease)
                 if lease is None:
                     self.errors["bad_lease"] += 1
+                    for _ in range(self.cfg.rollout.group_size):  # give back the slots taken for it
+                        room.release()
                     continue
+                await _hold_one_slot_per_episode(room, lease.group_size - self.cfg.rollout.group_size)
                 for index in range(lease.group_size):
                     task = asyncio.create_task(self._episode(lease, index, deps, push, room))
                     running.add(task)
@@ -135,7 +140,7 @@ class Actor:
             self.running -= 1
             room.release()
 
-    async def _stats_loop(self, push, engine: CpuEngine) -> None:
+    async def _stats_loop(self, push, engine: InferenceEngine) -> None:
         last_tokens, last_t = 0, time.monotonic()
         while True:
             await asyncio.sleep(self.cfg.actors.stats_interval_s)
@@ -150,3 +155,11 @@ class Actor:
             )
             last_tokens, last_t = self.generated_tokens, now
             await push.send(protocol.encode(stats))
+
+
+async def _hold_one_slot_per_episode(room: asyncio.Semaphore, extra: int) -> None:
+    """Slots were taken for ``rollout.group_size`` episodes; an eval lease may have more or fewer."""
+    for _ in range(extra):
+        await room.acquire()
+    for _ in range(-extra):
+        room.release()

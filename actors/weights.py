@@ -1,45 +1,57 @@
-"""The actor's control thread: subscribes to the head's PUB channel and receives weights.
+"""The actor's control thread: weight-group membership, weight reception, control commands.
 
-It joins the weight-broadcast group (a blocking collective, so it lives off the event loop),
-then for every ``WeightsAnnounce`` receives the buckets and stages them in the engine, which
-applies them between two decode steps. ``Control`` messages are handed to ``on_control``.
+Collectives block, so they live here, off the event loop:
+1. at start (and whenever it is out of a group) the actor sends ``GroupJoin`` to the head;
+2. ``Control(regroup)`` naming it: join that generation's group (bounded by the deadline);
+3. ``WeightsAnnounce`` of its generation: receive every bucket, then stage the weights in the
+   engine, which applies them between two decode steps;
+4. any failure (a dead peer, a missed deadline) drops it out of the group: back to 1.
+Other ``Control`` messages are handed to ``on_control``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import zmq
 
-from actors.engine import CpuEngine
-from common.protocol import Control, WeightsAnnounce
+from actors.engine_api import InferenceEngine
+from common import protocol
+from common.protocol import Control, GroupJoin, WeightsAnnounce
 from common.transport import Inbox, configure
-from common.weight_sync import WeightReceiver
+from common.weight_sync import BroadcastFailed, WeightReceiver
 
 log = logging.getLogger(__name__)
 
 
 class ControlThread(threading.Thread):
-    def __init__(self, engine: CpuEngine, control_address: str, weights_address: str, rank: int,
-                 world_size: int, timeout_s: float, on_control: Callable[[Control], None]):
+    def __init__(self, engine: InferenceEngine, actor_id: int, addresses: dict[str, str], timeout_s: float,
+                 on_control: Callable[[Control], None], join_retry_s: float = 2.0):
         super().__init__(name="actor-control", daemon=True)
-        self.engine, self.on_control = engine, on_control
+        self.engine, self.actor_id, self.on_control = engine, actor_id, on_control
         self.versions_applied: list[int] = []
-        self._sub = configure(zmq.Context.instance().socket(zmq.SUB))
+        self.failures = 0
+        ctx = zmq.Context.instance()
+        self._sub = configure(ctx.socket(zmq.SUB))
         self._sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self._sub.connect(control_address)  # before joining, so no announce is missed
-        self._receiver = WeightReceiver(weights_address, rank, world_size, timeout_s)
+        self._sub.connect(addresses["control"])
+        self._push = configure(ctx.socket(zmq.PUSH))  # its own socket: zmq sockets are per thread
+        self._push.connect(addresses["trajectories"])
+        self._receiver = WeightReceiver(addresses["weights"], timeout_s)
         self._inbox = Inbox("actor-control")
+        self._join_retry_s = join_retry_s
+        self._last_join = 0.0
         self._stop = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            self._receiver.connect()
-            log.info("joined the weight-broadcast group as rank %d", self._receiver.rank)
             while not self._stop.is_set():
+                if self._receiver.generation is None and time.monotonic() - self._last_join > self._join_retry_s:
+                    self._ask_to_join()
                 if self._sub.poll(100):
                     self._handle(self._sub.recv())
         except BaseException as exc:  # surfaced by the actor loop, which then fails loudly
@@ -48,15 +60,48 @@ class ControlThread(threading.Thread):
             self.on_control(Control(command="stop"))
         finally:
             self._sub.close()
+            self._push.close()
+
+    def _ask_to_join(self) -> None:
+        self._push.send(protocol.encode(GroupJoin(actor_id=self.actor_id, weight_version=self.engine.version)))
+        self._last_join = time.monotonic()
 
     def _handle(self, frame: bytes) -> None:
         message = self._inbox.parse(frame, (WeightsAnnounce, Control))
         if isinstance(message, WeightsAnnounce):
-            tensors = self._receiver.receive(message)
-            self.engine.stage_weights(tensors, message.version)
-            self.versions_applied.append(message.version)
+            if message.generation == self._receiver.generation:
+                self._receive(message)
+        elif isinstance(message, Control) and message.command == "regroup":
+            self._regroup(message)
         elif isinstance(message, Control):
             self.on_control(message)
+
+    def _regroup(self, message: Control) -> None:
+        members = message.members or []
+        if self.actor_id not in members:
+            self._receiver.leave()  # a newer generation without us: ask again
+            return
+        try:
+            self._receiver.join(message.generation, members.index(self.actor_id) + 1, len(members) + 1)
+            log.info("joined weight group generation %d as rank %d", message.generation,
+                     members.index(self.actor_id) + 1)
+        except BroadcastFailed as exc:
+            self._failed(exc)
+
+    def _receive(self, announce: WeightsAnnounce) -> None:
+        try:
+            tensors = self._receiver.receive(announce)
+        except BroadcastFailed as exc:
+            self._failed(exc)
+            return
+        if announce.version > self.engine.version:  # a rejoin may resend what we already serve
+            self.engine.stage_weights(tensors, announce.version)
+            self.versions_applied.append(announce.version)
+
+    def _failed(self, exc: BroadcastFailed) -> None:
+        self.failures += 1
+        log.warning("out of the weight group (%s); asking to join again", exc)
+        self._last_join = 0.0
 
     def stop(self) -> None:
         self._stop.set()

@@ -42,6 +42,12 @@ class RunSection:
     """Seed for task sampling, sampling on the actors and model init."""
     progress_interval_s: float = 2.0
     """How often the launcher prints the progress line."""
+    resume: bool = False
+    """Continue this run folder from its latest checkpoint that has a ``COMPLETE`` marker."""
+    deterministic: bool = False
+    """Deterministic torch kernels in the learner (same data -> same parameters, resume included)."""
+    replay: str = ""
+    """A recorded ``trajectories/`` folder to train on instead of live actors (no envhub, no actors)."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,10 @@ def _build(cls: type, values: Any, where: str) -> Any:
             kwargs[name] = _build(hint, value, path)
         else:
             kwargs[name] = _coerce(value, hint, path)
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:  # a section's own checks (__post_init__)
+        raise ConfigError(f"{where or 'config'}: {exc}") from None
 
 
 def _coerce(value: Any, hint: Any, where: str) -> Any:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
 
-NAMESPACES = ("rollout", "env", "learner", "optim", "async", "horizon", "perf", "time", "envhub")
+NAMESPACES = ("rollout", "env", "eval", "learner", "optim", "async", "horizon", "perf", "time", "envhub")
 
 
 class MetricsWriter:

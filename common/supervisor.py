@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,9 @@ from typing import Any
 import ray
 
 from common.config import Config
+from common.net import free_port
 from common.roles import RoleHost
+from learner.checkpoint import latest_complete
 
 LOG_TAIL_LINES = 25
 
@@ -26,6 +30,8 @@ class Role:
     name: str
     handle: Any
     log_path: Path
+    factory: str = ""
+    args: tuple = ()
 
 
 class RoleFailed(Exception):
@@ -41,6 +47,9 @@ class Supervisor:
         self._finished_early: dict = {}
         self._last_printed_step = 0
         self._learner_run = None
+        self._services: list[Role] = []
+        self._restarts: Counter[str] = Counter()
+        self.restart_times_s: list[float] = []
         self._host = ray.remote(RoleHost)
 
     def __enter__(self) -> "Supervisor":
@@ -58,7 +67,7 @@ class Supervisor:
         log_path = self.run_dir / "logs" / f"{name}.log"
         # num_cpus=0: on a small machine every role must be placed; torch threads are set per role.
         handle = self._host.options(num_cpus=0, max_concurrency=4, name=None).remote(str(log_path), factory, *args)
-        role = Role(name, handle, log_path)
+        role = Role(name, handle, log_path, factory, args)
         self.roles.append(role)
         return role
 
@@ -82,23 +91,45 @@ class Supervisor:
         return 0
 
     def _start_and_watch(self) -> dict:
-        cfg = self.cfg
-        envhub = self.start_role("envhub-0", "envhub.main:EnvhubServer", cfg.envhub)
-        port = self.call(envhub, "start_in_thread", timeout_s=120)
-        url = f"http://{cfg.envhub.host}:{port}"
-        learner = self.start_role("learner-0", "learner.main:Learner", cfg, str(self.run_dir), url)
-        addresses = self.call(learner, "setup", timeout_s=600)
+        cfg, live = self.cfg, not self.cfg.run.replay
+        url = self._start_envhub() if live else None
+        learner, addresses = self._start_learner(url)
         actors = [self.start_role(f"actor-{i}", "actors.main:Actor", cfg, i, addresses, url)
-                  for i in range(cfg.actors.count)]
-        print(f"started envhub, learner and {len(actors)} actor(s); waiting for the first batch ...", flush=True)
+                  for i in range(cfg.actors.count if live else 0)]
+        print(f"started {'envhub, ' if live else ''}{cfg.learner.num_ranks} learner rank(s) and {len(actors)} "
+              f"actor(s); waiting for the first batch ...", flush=True)
         self._learner_run = learner.handle.call.remote("run")
         runs = {self._learner_run: learner}
-        runs.update({a.handle.call.remote("run"): a for a in actors})
+        runs.update({r.handle.call.remote("run"): r for r in self.roles if r not in (learner, *self._services)})
         summary = self._watch(runs, learner)
         summary["actors"] = self._wait_actors(runs, learner)
-        self.call(envhub, "stop", timeout_s=30)
+        summary["actor_restarts"] = {"count": sum(self._restarts.values()), "times_s": self.restart_times_s}
+        for service in self._services:
+            self.call(service, "stop", timeout_s=30)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         return summary
+
+    def _start_envhub(self) -> str:
+        envhub = self.start_role("envhub-0", "envhub.main:EnvhubServer", self.cfg.envhub)
+        self._services.append(envhub)
+        port = self.call(envhub, "start_in_thread", timeout_s=120)
+        return f"http://{self.cfg.envhub.host}:{port}"
+
+    def _start_learner(self, envhub_url: str | None) -> tuple[Role, dict]:
+        """Rank 0 and the followers set up together: their process group forms across all of them."""
+        master = ("127.0.0.1", free_port())
+        learner = self.start_role("learner-0", "learner.main:Learner", self.cfg, str(self.run_dir), envhub_url, master)
+        followers = [self.start_role(f"learner-{rank}", "learner.follower:Follower", self.cfg, str(self.run_dir),
+                                     rank, master) for rank in range(1, self.cfg.learner.num_ranks)]
+        refs = {role.handle.call.remote("setup"): role for role in (learner, *followers)}
+        for ref, role in refs.items():
+            try:
+                result = ray.get(ref, timeout=600)
+            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+                raise RoleFailed(role, f"failed in setup(): {_last_line(exc)}") from None
+            if role is learner:
+                addresses = result
+        return learner, addresses
 
     def _watch(self, runs: dict, learner: Role) -> dict:
         """Print progress until the learner returns; any other role returning first is a failure."""
@@ -111,7 +142,12 @@ class Supervisor:
                 try:
                     result = ray.get(ref)
                 except ray.exceptions.RayError as exc:
-                    raise RoleFailed(role, f"died: {_last_line(exc)}") from None
+                    if not self._may_restart(role):
+                        raise RoleFailed(role, f"died: {_last_line(exc)}") from None
+                    del runs[ref]
+                    replacement = self._restart_actor(role, learner, _last_line(exc))
+                    runs[replacement.handle.call.remote("run")] = replacement
+                    continue
                 if role is learner:
                     return result
                 if result.get("stopped_by") != "head":
@@ -119,8 +155,28 @@ class Supervisor:
                 self._finished_early[ref] = result  # the head already said stop; the learner is saving
             self._print_progress(learner)
 
+    def _may_restart(self, role: Role) -> bool:
+        return role.name.startswith("actor-") and self._restarts[role.name] < self.cfg.actors.max_restarts
+
+    def _restart_actor(self, role: Role, learner: Role, reason: str) -> Role:
+        """Re-issue the dead actor's leases, then start it again under the same id; it joins the
+        next weight group and continues from the learner's current version."""
+        started = time.monotonic()
+        self._restarts[role.name] += 1
+        print(f"{role.name} died ({reason}); restarting ({self._restarts[role.name]}/"
+              f"{self.cfg.actors.max_restarts}), log: {role.log_path}", flush=True)
+        self.roles.remove(role)
+        ray.kill(role.handle, no_restart=True)
+        actor_id = int(role.name.split("-")[1])
+        reissued = self.call(learner, "actor_lost", actor_id, timeout_s=30)
+        replacement = self.start_role(role.name, role.factory, *role.args)
+        ray.get(replacement.handle.pid.remote(), timeout=120)  # the process is up and logging
+        self.restart_times_s.append(time.monotonic() - started)
+        print(f"{role.name} restarted in {self.restart_times_s[-1]:.1f} s; {reissued} lease(s) re-issued", flush=True)
+        return replacement
+
     def _wait_actors(self, runs: dict, learner: Role, timeout_s: float = 60.0) -> list[dict]:
-        """The actors stop on the learner's Control(stop); collect their summaries."""
+        """Actors and followers stop on the learner's word; collect their summaries."""
         results = list(self._finished_early.values())
         pending = [ref for ref, role in runs.items() if role is not learner and ref not in self._finished_early]
         done, _ = ray.wait(pending, num_returns=len(pending), timeout=timeout_s)
@@ -161,6 +217,10 @@ class Supervisor:
         if path.exists():
             tail = path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
             print("---- last lines ----\n" + "\n".join(tail) + "\n--------------------", flush=True)
+        checkpoint = latest_complete(self.run_dir)
+        if failure.role.name.startswith("learner") and checkpoint is not None:
+            print(f"latest checkpoint: {checkpoint}\nresume with: python launch.py --output-dir "
+                  f"{self.run_dir.parent} --run-name {self.run_dir.name} --resume [same flags]", flush=True)
 
 
 def _last_line(exc: BaseException) -> str:

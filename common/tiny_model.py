@@ -10,7 +10,6 @@ Regenerate the fixture:  python -m common.tiny_model
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch

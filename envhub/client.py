@@ -42,7 +42,8 @@ class EnvClient:
     """Talks to one envhub server over a pooled `httpx.AsyncClient`."""
 
     def __init__(self, base_url: str, timeout_s: float = 30.0, max_connections: int = 256) -> None:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections,
+                              keepalive_expiry=30.0)  # below the server's keep-alive timeout (75 s)
         # trust_env=False: envhub is an internal loopback/cluster service; a proxy from the
         # environment (HTTP_PROXY) must not intercept it.
         self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s, limits=limits, trust_env=False)

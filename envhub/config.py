@@ -29,6 +29,10 @@ class EnvhubConfig:
     max_sessions: int = 1024
     """Most sessions open at once; creating one more answers 503 instead of exhausting memory."""
 
+    max_action_chars: int = 8000
+    """Longest action (characters) a step may carry; a longer one answers 413 and the session
+    stays open, so a runaway generation cannot make an env parse megabytes of text."""
+
     env_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Constructor options per env id, e.g. ``{textcraft-v0: {recipes_dir: /data/recipes}}``;
     they also decide the task list of envs whose tasks depend on options."""
@@ -41,3 +45,5 @@ class EnvhubConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
+        if self.max_action_chars < 1:
+            raise ValueError(f"max_action_chars must be >= 1, got {self.max_action_chars}")

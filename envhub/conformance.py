@@ -126,10 +126,12 @@ async def check_env(
     seed: int = 0,
     actions: Sequence[str] | None = None,
     max_steps: int | None = None,
+    options: dict[str, Any] | None = None,
 ) -> ConformanceReport:
     """Check env `env_id` (registered locally); see the module docstring for the rules."""
     env_spec = registry.spec(env_id)
-    task_id = task_id if task_id is not None else str(next(iter(env_spec.splits.values()))[0])
+    if task_id is None:
+        task_id = str(next(iter(registry.task_splits(env_id, **(options or {})).values()))[0])
     actions = actions if actions is not None else registry.load_env_class(env_id).example_actions
     max_steps = max_steps if max_steps is not None else len(GARBAGE_ACTIONS) + len(actions) + env_spec.max_turns
     is_http = isinstance(client_or_env, EnvClient)

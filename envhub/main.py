@@ -45,7 +45,10 @@ class EnvhubServer:
         self._socket = bind_socket(cfg.host, cfg.port)
         self.port: int = self._socket.getsockname()[1]
         uvicorn_config = uvicorn.Config(
-            create_app(cfg), loop="uvloop", lifespan="on", log_level=log_level, access_log=False
+            create_app(cfg), loop="uvloop", lifespan="on", log_level=log_level, access_log=False,
+            # Clients close idle connections first (EnvClient: 30 s); a server closing a
+            # keep-alive connection while a client reuses it makes spurious ReadErrors.
+            timeout_keep_alive=75,
         )
         self._server = uvicorn.Server(uvicorn_config)
         self._thread: threading.Thread | None = None

@@ -73,10 +73,13 @@ class EnvSpec:
 
 def register(id: str, entry_point: str, max_turns: int, splits: dict[str, range] | None = None,
              **kwargs: Any) -> EnvSpec:
-    """Register an environment; registering an id twice is an error."""
+    """Register an environment; registering an id twice with a different spec is an error."""
+    splits = None if splits is None else dict(splits)
+    new_spec = EnvSpec(id=id, entry_point=entry_point, max_turns=max_turns, splits=splits, kwargs=kwargs)
     if id in _specs:
-        raise ValueError(f"env id {id!r} is already registered")
-    new_spec = EnvSpec(id=id, entry_point=entry_point, max_turns=max_turns, splits=dict(splits), kwargs=kwargs)
+        if _specs[id] == new_spec:
+            return new_spec  # the same line run again: a module re-imported after a failed import
+        raise ValueError(f"env id {id!r} is already registered with a different spec")
     _specs[id] = new_spec
     return new_spec
 
@@ -150,5 +153,5 @@ def _ensure_builtins() -> None:
     # Imported here, not at module top: envhub.envs imports this module to call register().
     global _builtins_loaded
     if not _builtins_loaded:
-        _builtins_loaded = True
         importlib.import_module("envhub.envs")
+        _builtins_loaded = True  # only after success: a failed import raises again, visibly

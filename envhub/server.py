@@ -2,14 +2,15 @@
 
 Endpoints (JSON):
     GET    /health                    {"status": "ok", "sessions": n, "stats": {...}}
-    GET    /envs                      [{"id", "max_turns", "splits": {name: count}}]
+    GET    /envs                      [{"id", "max_turns", "splits": {name: count} | null, ["error"]}]
     POST   /sessions                  {"env_id", "task_id", "seed"} -> 201 {"session_id", "observation", "info"}
     POST   /sessions/{sid}/step       {"action"} -> {"observation", "reward", "terminated", "truncated", "info"}
     DELETE /sessions/{sid}            {"closed": true}   (idempotent for sessions the server already closed)
 
 Errors carry {"detail": message}: 400 bad task id, 404 unknown env or session, 409 step after
-the episode ended, 410 session gone (idle-reaped or closed after a failure), 422 malformed
-body, 500 the env raised (session closed), 503 session limit, 504 env call past its deadline
+the episode ended, 410 session gone (idle-reaped or closed after a failure), 413 action longer
+than ``max_action_chars`` (session kept), 422 malformed body, 500 the env raised (session closed)
+or has no task list under its options, 503 session limit, 504 env call past its deadline
 (session closed). A failing env is always reported, never turned into a silent reward of 0.
 """
 
@@ -148,7 +149,12 @@ class SessionService:
         except registry.UnknownEnvError as error:
             raise self._error("unknown_env", 404, str(error)) from None
         options = self.options(request.env_id)
-        if not env_spec.has_task(request.task_id, **options):
+        try:
+            known_task = env_spec.has_task(request.task_id, **options)
+        except Exception as error:  # e.g. an env that needs options the server was not given
+            raise self._error("env_config", 500, f"env {request.env_id} has no task list under its "
+                              f"envhub.env_options: {error}") from None
+        if not known_task:
             splits = registry.task_splits(request.env_id, **options)
             ranges = ", ".join(f"{name}: {_describe(numbers)}" for name, numbers in splits.items())
             raise self._error("bad_task", 400, f"env {request.env_id}: no task {request.task_id!r}; tasks: {ranges}")
@@ -173,6 +179,9 @@ class SessionService:
         return self.table.create(request.env_id, request.task_id, env, time.monotonic())
 
     async def step(self, session_id: str, action: str) -> StepResult:
+        if len(action) > self.cfg.max_action_chars:
+            raise self._error("action_too_large", 413, f"action is {len(action)} characters; the limit is "
+                              f"{self.cfg.max_action_chars} (envhub.max_action_chars); the session stays open")
         session = self._session(session_id)
         async with session.lock:
             try:
@@ -282,11 +291,7 @@ def _add_routes(app: FastAPI, service: SessionService) -> None:
 
     @app.get("/envs")
     async def list_envs() -> list[dict[str, Any]]:
-        return [
-            {"id": s.id, "max_turns": s.max_turns,
-             "splits": {name: len(r) for name, r in registry.task_splits(s.id, **service.options(s.id)).items()}}
-            for s in registry.list_specs()
-        ]
+        return [_describe_env(env_spec, service.options(env_spec.id)) for env_spec in registry.list_specs()]
 
     @app.post("/sessions", status_code=201, response_model=CreateSessionResponse)
     async def create_session(request: CreateSessionRequest) -> CreateSessionResponse:
@@ -301,6 +306,15 @@ def _add_routes(app: FastAPI, service: SessionService) -> None:
     @app.delete("/sessions/{session_id}")
     async def close_session(session_id: str) -> dict[str, Any]:
         return await service.close(session_id)
+
+
+def _describe_env(env_spec: registry.EnvSpec, options: dict[str, Any]) -> dict[str, Any]:
+    """One /envs entry; an env whose task list fails (say, a missing option) says why instead."""
+    try:
+        splits = {name: len(numbers) for name, numbers in registry.task_splits(env_spec.id, **options).items()}
+    except Exception as error:
+        return {"id": env_spec.id, "max_turns": env_spec.max_turns, "splits": None, "error": str(error)}
+    return {"id": env_spec.id, "max_turns": env_spec.max_turns, "splits": splits}
 
 
 def _describe(numbers: range | list[int]) -> str:

@@ -5,10 +5,25 @@ token the policy sampled (an assistant token); 0 marks prompt, environment obser
 padding tokens. Every function here returns zeros at masked positions, so nothing is ever
 credited to a token the policy did not produce.
 
-GRPO (DeepSeekMath, arXiv 2402.03300): the advantage of an episode is its outcome reward
-normalized within its group (the ``group_size`` episodes of one task lease). With an outcome
-reward and gamma = 1 the return of every assistant token is the outcome itself, so the
-sequence advantage is broadcast to all assistant tokens of the episode.
+Estimators (``learner.algorithm.advantage``):
+
+- GRPO (DeepSeekMath, arXiv 2402.03300): an episode's outcome reward normalized within its
+  group (the ``group_size`` episodes of one task lease), broadcast to all its assistant tokens
+  (with an outcome reward and gamma = 1 every assistant token's return is the outcome).
+- RLOO (Ahmadian et al. 2024, arXiv 2402.14740): the reward minus the mean reward of the
+  *other* episodes of its group, broadcast the same way.
+- REINFORCE++ (Hu 2025, arXiv 2501.03262; OpenRLHF): per-token rewards (the outcome on the last
+  assistant token, optionally minus ``kl_coef * KL`` on every assistant token), discounted
+  returns-to-go, then whitened with the mean and std of *all* assistant tokens in the batch.
+- GAE (Schulman et al. 2016) with a learned value per assistant token (PPO with a critic).
+
+Multi-turn episodes interleave assistant turns with environment observations. The return and
+TD recursions run over assistant tokens only: the env tokens between two turns belong to the
+transition from the last token of one turn to the first token of the next, so they carry no
+reward, no value and no discount step (gamma applies once per assistant token). The value of
+the first token of the next turn is predicted from a prefix that includes the observation,
+which is how the critic sees what the environment answered. The episode ends after its last
+assistant token (value 0 beyond it); a truncated episode is not bootstrapped.
 """
 
 from __future__ import annotations
@@ -53,18 +68,8 @@ def outcome_token_rewards(rewards: torch.Tensor, loss_mask: torch.Tensor) -> tor
     return token_rewards
 
 
-def grpo_advantages(
-    rewards: torch.Tensor, group_index: torch.Tensor, std_norm: bool, eps: float = 1e-6
-) -> torch.Tensor:
-    """GRPO sequence advantages: reward minus its group's mean, optionally over the group's std.
-
-    ``rewards``: [B] float; ``group_index``: [B] long, any integer labels (need not be contiguous
-    or sorted). Returns [B]: ``(r - mean_g) / (std_g + eps)`` if ``std_norm`` else ``r - mean_g``.
-
-    The std is the *unbiased* (Bessel-corrected, n - 1) estimate, as ``torch.std`` computes it in
-    DeepSeekMath's GRPO and verl; a group whose rewards are all equal gets advantage 0. A group of
-    size 1 has no baseline other than itself and gets advantage 0 (not NaN).
-    """
+def _group_stats(rewards: torch.Tensor, group_index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Dense group id, group size and group mean (float64) of each episode, all ``[B]``."""
     if rewards.dim() != 1 or group_index.shape != rewards.shape:
         raise ValueError(
             f"rewards and group_index must both be [B]; got {tuple(rewards.shape)} "
@@ -78,7 +83,23 @@ def grpo_advantages(
     count = torch.zeros(num_groups, dtype=values.dtype, device=values.device)
     count.index_add_(0, dense, torch.ones_like(values))
     mean = torch.zeros_like(count).index_add_(0, dense, values) / count
-    centered = values - mean[dense]
+    return dense, count, mean
+
+
+def grpo_advantages(
+    rewards: torch.Tensor, group_index: torch.Tensor, std_norm: bool, eps: float = 1e-6
+) -> torch.Tensor:
+    """GRPO sequence advantages: reward minus its group's mean, optionally over the group's std.
+
+    ``rewards``: [B] float; ``group_index``: [B] long, any integer labels (need not be contiguous
+    or sorted). Returns [B]: ``(r - mean_g) / (std_g + eps)`` if ``std_norm`` else ``r - mean_g``.
+
+    The std is the *unbiased* (Bessel-corrected, n - 1) estimate, as ``torch.std`` computes it in
+    DeepSeekMath's GRPO and verl; a group whose rewards are all equal gets advantage 0. A group of
+    size 1 has no baseline other than itself and gets advantage 0 (not NaN).
+    """
+    dense, count, mean = _group_stats(rewards, group_index)
+    centered = rewards.to(torch.float64) - mean[dense]
     if std_norm:
         squares = torch.zeros_like(count).index_add_(0, dense, centered.square())
         std = (squares / (count - 1).clamp(min=1)).sqrt()[dense]
@@ -86,6 +107,18 @@ def grpo_advantages(
         centered = torch.where(std > 0, centered / (std + eps), torch.zeros_like(centered))
     singleton = count[dense] < 2
     return torch.where(singleton, torch.zeros_like(centered), centered).to(rewards.dtype)
+
+
+def rloo_advantages(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """RLOO sequence advantages: reward minus the mean reward of the other episodes of its group.
+
+    ``r_i - (sum_g - r_i) / (n - 1)``, which equals ``n / (n - 1) * (r_i - mean_g)``. Returns [B]
+    in the dtype of ``rewards``; a group of size 1 has no other episode and gets 0.
+    """
+    dense, count, mean = _group_stats(rewards, group_index)
+    n = count[dense]
+    scaled = (rewards.to(torch.float64) - mean[dense]) * n / (n - 1).clamp(min=1)
+    return torch.where(n < 2, torch.zeros_like(scaled), scaled).to(rewards.dtype)
 
 
 def sequence_to_token_advantages(advantages: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
@@ -96,3 +129,95 @@ def sequence_to_token_advantages(advantages: torch.Tensor, loss_mask: torch.Tens
     """
     _check_batch(loss_mask, advantages, "advantages")
     return advantages[:, None] * loss_mask.to(advantages.dtype)
+
+
+def kl_shaped_token_rewards(
+    rewards: torch.Tensor, loss_mask: torch.Tensor, kl: torch.Tensor | None = None, kl_coef: float = 0.0
+) -> torch.Tensor:
+    """Per-token rewards: the outcome on the last assistant token, ``- kl_coef * kl`` on each one.
+
+    ``kl``: [B, T] per-token KL estimate of the sampling policy to the reference (REINFORCE++,
+    InstructGPT); ignored where ``loss_mask == 0``, so garbage on env tokens never leaks in.
+    """
+    token_rewards = outcome_token_rewards(rewards, loss_mask)
+    if kl is None or kl_coef == 0:
+        return token_rewards
+    if kl.shape != loss_mask.shape:
+        raise ValueError(f"kl must be [B, T] like loss_mask; got {tuple(kl.shape)}")
+    penalty = torch.where(loss_mask.bool(), kl.to(token_rewards.dtype), torch.zeros_like(token_rewards))
+    return token_rewards - kl_coef * penalty
+
+
+def assistant_returns(token_rewards: torch.Tensor, loss_mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Discounted reward-to-go over the assistant tokens of each row -> [B, T] (0 off the mask).
+
+    ``G_t = r_t + gamma * G_next`` where ``next`` is the next *assistant* token: env tokens are
+    skipped (no reward, no discount), see the module docstring.
+    """
+    _check_tokens(token_rewards, loss_mask, "token_rewards")
+    keep = loss_mask.bool()
+    returns = torch.zeros_like(token_rewards)
+    running = torch.zeros_like(token_rewards[:, 0])
+    for t in reversed(range(token_rewards.shape[1])):
+        step = token_rewards[:, t] + gamma * running
+        running = torch.where(keep[:, t], step, running)
+        returns[:, t] = torch.where(keep[:, t], step, torch.zeros_like(step))
+    return returns
+
+
+def whiten(values: torch.Tensor, loss_mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / std`` with mean and (population) std over all masked tokens of the batch.
+
+    As OpenRLHF does for REINFORCE++ and GAE: ``std = sqrt(max(var, eps))``. Returns 0 off the mask.
+    """
+    _check_tokens(values, loss_mask, "values")
+    keep = loss_mask.bool()
+    count = keep.sum().clamp(min=1)
+    zeros = torch.zeros_like(values)
+    mean = torch.where(keep, values, zeros).sum() / count
+    var = torch.where(keep, (values - mean).square(), zeros).sum() / count
+    return torch.where(keep, (values - mean) * var.clamp(min=eps).rsqrt(), zeros)
+
+
+def reinforce_pp_advantages(token_rewards: torch.Tensor, loss_mask: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """REINFORCE++: whitened discounted returns (no critic, no group baseline) -> [B, T].
+
+    ``token_rewards`` as from ``kl_shaped_token_rewards``; whitening is global over the batch's
+    assistant tokens, so a token's advantage says how much better its return is than the batch's.
+    """
+    return whiten(assistant_returns(token_rewards, loss_mask, gamma), loss_mask)
+
+
+def gae_advantages(
+    token_rewards: torch.Tensor, values: torch.Tensor, loss_mask: torch.Tensor, gamma: float, lam: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over assistant tokens -> (advantages, returns), [B, T].
+
+    ``values[b, t]``: the critic's value of the prefix before token ``t`` (aligned like token
+    logprobs). With ``t'`` the next assistant token after ``t`` (env tokens skipped) and
+    ``V(after last) = 0``: ``delta_t = r_t + gamma * V_t' - V_t``,
+    ``A_t = delta_t + gamma * lam * A_t'``, ``returns = A + V`` (the critic's regression target).
+    Both are 0 off the mask; values there are never read, so garbage is harmless.
+    """
+    _check_tokens(token_rewards, loss_mask, "token_rewards")
+    _check_tokens(values, loss_mask, "values")
+    keep = loss_mask.bool()
+    values = torch.where(keep, values.to(token_rewards.dtype), torch.zeros_like(token_rewards))
+    advantages = torch.zeros_like(token_rewards)
+    next_value = torch.zeros_like(token_rewards[:, 0])
+    running = torch.zeros_like(next_value)
+    for t in reversed(range(token_rewards.shape[1])):
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        step = delta + gamma * lam * running
+        running = torch.where(keep[:, t], step, running)
+        next_value = torch.where(keep[:, t], values[:, t], next_value)
+        advantages[:, t] = torch.where(keep[:, t], step, torch.zeros_like(step))
+    return advantages, advantages + values
+
+
+def _check_tokens(per_token: torch.Tensor, loss_mask: torch.Tensor, name: str) -> None:
+    if loss_mask.dim() != 2 or per_token.shape != loss_mask.shape:
+        raise ValueError(
+            f"{name} and loss_mask must both be [B, T]; got {tuple(per_token.shape)} "
+            f"and {tuple(loss_mask.shape)}"
+        )

@@ -1,7 +1,8 @@
 """Checkpoints: ``<run>/checkpoints/step_<N>/`` with learner state, loop state and ``hf/``.
 
 Layout: ``state/`` (sharded model and optimizer, torch.distributed.checkpoint), ``loop.json``
-(step, policy version, sampler and horizon state), ``hf/`` (loads with ``from_pretrained``),
+(step, policy version, sampler and horizon state), ``rng_rank<r>.pt`` (torch RNG of each rank),
+``hf/`` (loads with ``from_pretrained``),
 and ``COMPLETE``, written last: a folder without it is an interrupted save and is ignored.
 """
 
@@ -19,11 +20,21 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from learner.model import full_parameters
 
 
-def save_checkpoint(run_dir: Path, step: int, model, optimizer, loop_state: dict, model_path: str) -> Path:
-    """Collective over learner ranks; rank 0 writes ``loop.json``, ``hf/`` and ``COMPLETE``."""
+def save_checkpoint(run_dir: Path, step: int, modules: dict, loop_state: dict, model_path: str) -> Path:
+    """Collective over learner ranks; rank 0 writes ``loop.json``, ``hf/`` and ``COMPLETE``.
+
+    ``modules`` maps a name to (module, optimizer); ``"policy"`` is the one exported to ``hf/``.
+    """
     folder = Path(run_dir) / "checkpoints" / f"step_{step}"
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(folder / "state"))
+    state = {}
+    for name, (module, optimizer) in modules.items():
+        model_sd, optim_sd = get_state_dict(module, optimizer)
+        state[name] = {"model": model_sd, "optim": optim_sd}
+    dcp.save(state, checkpoint_id=str(folder / "state"))
+    model = modules["policy"][0]
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    torch.save(torch.get_rng_state(), folder / f"rng_rank{rank}.pt")
+    # A collective: every rank has written its files before rank 0 writes COMPLETE below.
     full = full_parameters(model)
     if not dist.is_initialized() or dist.get_rank() == 0:
         (folder / "loop.json").write_text(json.dumps(loop_state, indent=1))

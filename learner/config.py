@@ -7,10 +7,108 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class HorizonConfig:
+    """ScalingInter-RL turn-cap schedule; see ``learner/horizon.py`` for the step convention."""
+
+    kind: str = "stepwise"
+    """``fixed`` (one cap), ``stepwise`` (stages start at set steps) or ``adaptive`` (raised on
+    truncation at the cap plus a success plateau)."""
     turn_caps: list[int] = field(default_factory=lambda: [4, 6, 8])
-    """Turn cap of each stage (ScalingInter-RL: small first, then longer horizons)."""
+    """Turn cap of each stage, non-decreasing (ScalingInter-RL: small first, then longer
+    horizons); exactly one for ``fixed``, at least two for ``adaptive``."""
     boundaries: list[int] = field(default_factory=lambda: [10, 20])
-    """Learner steps at which stage i+1 starts; one fewer than ``turn_caps``."""
+    """``stepwise`` only: optimizer steps at which stage i+1 starts, one fewer than
+    ``turn_caps``; set ``[]`` when using ``boundary_fractions`` or another kind."""
+    boundary_fractions: list[float] = field(default_factory=list)
+    """``stepwise`` only, instead of ``boundaries``: stage starts as fractions of
+    ``run.max_steps`` in (0, 1), rounded half up to steps."""
+    truncation_threshold: float = 0.3
+    """``adaptive``: raise only if the mean share of episodes truncated at the cap over the
+    window is at least this."""
+    plateau_window: int = 5
+    """``adaptive``: observed learner steps (of the current stage) that a decision looks at."""
+    plateau_tolerance: float = 0.02
+    """``adaptive``: success plateaued if its mean over the newer half of the window exceeds
+    the older half's by less than this."""
+    min_stage_steps: int = 10
+    """``adaptive``: never raise before the stage is this many steps old; keep it at least
+    ``plateau_window + max_policy_lag`` so stale episodes of the old cap do not decide."""
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """Which advantage estimator and loss terms the learner uses (see learner/train_step.py)."""
+
+    advantage: str = "grpo"
+    """``grpo`` (group-normalized outcome), ``rloo`` (leave-one-out baseline), ``reinforce_pp``
+    (REINFORCE++: returns whitened across the batch) or ``gae`` (PPO with a critic; advantages
+    whitened across the batch)."""
+    grpo_std_norm: bool = True
+    """Divide GRPO advantages by the group's reward std."""
+    gamma: float = 1.0
+    """Discount per assistant token (``reinforce_pp``, ``gae``); env tokens are not discounted."""
+    lam: float = 1.0
+    """GAE lambda (``gae`` only)."""
+    loss_agg: str = "token-mean"
+    """``token-mean`` (every assistant token weighs the same), ``seq-mean-token-mean`` (every
+    episode weighs the same) or ``seq-mean-token-sum-norm`` (token sums over batch rows times
+    padded width, Dr. GRPO's length-unbiased form)."""
+    decoupled: bool = True
+    """Decoupled PPO: clip against the learner's pre-update policy, importance weight
+    proximal / behavior capped at ``is_cap``. False: classic PPO-clip of current / behavior."""
+    clip_eps: float = 0.2
+    """PPO clip range of the policy ratio."""
+    is_cap: float = 2.0
+    """Cap C of the truncated importance weight proximal / behavior policy."""
+    seq_mask_low: float = 0.0
+    """Drop an episode whose geometric-mean ratio proximal / behavior is below this (0: no bound)."""
+    seq_mask_high: float = 0.0
+    """Drop an episode whose geometric-mean ratio proximal / behavior is above this (0: no bound)."""
+    kl_coef: float = 0.0
+    """Weight of the KL to a frozen copy of the initial policy; > 0 loads that reference model."""
+    kl_estimator: str = "k3"
+    """``k1`` (log ratio) or ``k3`` (low-variance ``r - 1 - log r``, always >= 0)."""
+    kl_in_reward: bool = False
+    """Subtract ``kl_coef * KL`` from each token's reward (REINFORCE++, InstructGPT) instead of
+    adding it to the loss; ``reinforce_pp`` and ``gae`` only."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus (subtracted from the loss)."""
+    value_clip: float = 0.2
+    """Clip range of the critic's update around its old values (``gae``; 0: unclipped)."""
+    critic_lr: float = 1e-4
+    """AdamW learning rate of the critic (``gae`` only)."""
+    ppo_epochs: int = 1
+    """Passes over each batch; more than one pass (or minibatch) anchors the trust region at the
+    pre-update policy, computed once without gradients."""
+    minibatches: int = 1
+    """Optimizer steps per pass, each on an equal share of the batch's episodes."""
+
+    def __post_init__(self) -> None:
+        _check_choice("advantage", self.advantage, ADVANTAGES)
+        _check_choice("loss_agg", self.loss_agg, LOSS_AGGREGATIONS)
+        _check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        problems = [message for failed, message in (
+            (self.kl_in_reward and self.advantage not in ("reinforce_pp", "gae"),
+             "kl_in_reward needs a per-token return: advantage reinforce_pp or gae"),
+            (self.kl_in_reward and not self.kl_coef > 0, "kl_in_reward needs kl_coef > 0"),
+            (not 0 < self.gamma <= 1 or not 0 <= self.lam <= 1, "need 0 < gamma <= 1 and 0 <= lam <= 1"),
+            (not self.clip_eps > 0 or not self.is_cap > 0, "clip_eps and is_cap must be > 0"),
+            (min(self.seq_mask_low, self.seq_mask_high, self.kl_coef, self.entropy_coef,
+                 self.value_clip) < 0, "seq_mask_*, kl_coef, entropy_coef, value_clip must be >= 0"),
+            (0 < self.seq_mask_high <= self.seq_mask_low, "seq_mask_high must exceed seq_mask_low"),
+            (self.ppo_epochs < 1 or self.minibatches < 1, "ppo_epochs and minibatches must be >= 1"),
+        ) if failed]
+        if problems:
+            raise ValueError("learner.algorithm: " + "; ".join(problems))
+
+
+ADVANTAGES = ("grpo", "rloo", "reinforce_pp", "gae")
+LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+KL_ESTIMATORS = ("k1", "k3")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"learner.algorithm.{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -25,18 +123,24 @@ class LearnerConfig:
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
     """Gradient clipping threshold (global norm)."""
+    mixed_precision: bool = False
+    """Compute policy and critic in bfloat16 with float32 gradient reduction (FSDP2
+    ``MixedPrecisionPolicy``); master weights and optimizer state stay in the loaded dtype."""
+    activation_checkpointing: bool = False
+    """Recompute each decoder layer in backward instead of storing its activations (less
+    memory, about one more forward pass of compute)."""
+    micro_batch_tokens: int = 0
+    """Gradient accumulation: each optimizer step runs a rank's rows in micro-batches of at most
+    this many padded tokens (rows x longest row; a longer row goes alone); 0: all rows at once.
+    The update is the same either way."""
     groups_per_step: int = 4
     """GRPO groups (task leases) in one learner batch."""
     max_policy_lag: int = 2
     """Staleness bound S: no lease is admitted that could yield samples more than S versions old."""
     lease_timeout_s: float = 120.0
     """A lease not returned by then is re-issued; late results are discarded and counted."""
-    clip_eps: float = 0.2
-    """PPO clip range of the ratio current / proximal policy."""
-    is_cap: float = 2.0
-    """Cap C of the truncated importance weight proximal / behavior policy."""
-    grpo_std_norm: bool = True
-    """Divide GRPO advantages by the group's reward std."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """Advantage estimator, loss terms and update passes."""
     horizon: HorizonConfig = field(default_factory=HorizonConfig)
     """ScalingInter-RL turn-cap schedule."""
     bucket_mb: float = 16.0
@@ -47,3 +151,18 @@ class LearnerConfig:
     """Save a checkpoint every N steps (0: only at the end)."""
     tb_flush_s: float = 5.0
     """Tensorboard flush interval, so a live run shows current values."""
+    eval_every: int = 0
+    """Start a validation round on held-out tasks every N learner steps, step 0 included
+    (0: no validation); logged as ``eval/<env>/...`` at the step it started (``learner/evaluation.py``)."""
+    eval_split: str = "test"
+    """Task split of every env in ``rollout.envs`` that validation draws its tasks from."""
+    eval_tasks_per_env: int = 16
+    """Held-out tasks per env in every round: the same evenly spaced subset of ``eval_split``."""
+    eval_samples: int = 4
+    """Episodes per held-out task (the eval lease's group size): the n of ``eval/<env>/pass@n``."""
+
+    def __post_init__(self) -> None:
+        if self.micro_batch_tokens < 0:
+            raise ValueError(f"learner.micro_batch_tokens must be >= 0 (0: off); got {self.micro_batch_tokens}")
+        if self.eval_every < 0 or self.eval_tasks_per_env < 1 or self.eval_samples < 1:
+            raise ValueError("eval_every must be >= 0, eval_tasks_per_env and eval_samples >= 1")

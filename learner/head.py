@@ -5,7 +5,9 @@ It owns two ZeroMQ sockets so the training loop never touches them:
   sampler admits them (staleness bound), so an actor simply waits for work.
 - PULL: actors push ``Trajectory`` and ``ActorStats``. Episodes are collected per lease; a lease
   whose ``group_size`` episodes all arrived completes once in the sampler and its group goes to
-  the training queue. Episodes of expired or unknown leases are discarded and counted.
+  the training queue, or for an eval lease to ``eval_groups``, so validation episodes never
+  reach a training batch. Episodes of expired or unknown leases, or whose purpose differs from
+  their lease's, are discarded and counted.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 import zmq
 
 from common import protocol
-from common.protocol import ActorStats, LeaseRequest, TaskLease, Trajectory
+from common.protocol import ActorStats, GroupJoin, LeaseRequest, TaskLease, Trajectory
+from common.recording import Recorder
 from common.transport import Inbox, bind_random, configure
-from learner.sampler import TaskSampler
+from learner.sampler import LedgerError, TaskSampler
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,7 @@ class HeadServer:
                  poll_ms: int = 20):
         self.sampler = sampler
         self.groups: queue.Queue[Group] = queue.Queue()
+        self.eval_groups: queue.Queue[Group] = queue.Queue()  # completed eval leases, never trained on
         self.actor_stats: dict[int, ActorStats] = {}
         self.counters: Counter[str] = Counter()
         self._lock = threading.Lock()  # guards sampler against set_policy from the train loop
@@ -54,8 +57,10 @@ class HeadServer:
         self.lease_address = bind_random(self._router, host)
         self.trajectory_address = bind_random(self._pull, host)
         self._inbox = Inbox("head")
-        self._waiting: deque[tuple[bytes, int]] = deque()  # (actor identity, leases still wanted)
+        self._waiting: deque[tuple[bytes, int, int]] = deque()  # (identity, leases still wanted, actor id)
+        self._holder: dict[str, int] = {}  # open lease id -> actor id
         self._open: dict[str, Group] = {}  # lease id -> episodes so far
+        self._join_requests: set[int] = set()
         self._poll_ms = poll_ms
         self._record = _open_record(record_dir)
         self._stop = threading.Event()
@@ -86,9 +91,49 @@ class HeadServer:
         with self._lock:
             self.sampler.consume(n_groups)
 
-    def ledger(self) -> dict[str, int]:
+    def schedule_eval(self, tasks: list[tuple[str, str]], group_size: int) -> list[str]:
+        """Queue eval groups (``TaskSampler.schedule_eval``); they arrive on ``eval_groups``."""
         with self._lock:
-            return {**self.sampler.ledger(), **self.counters, "rejected_messages": self._inbox.total_rejected}
+            return self.sampler.schedule_eval(tasks, group_size)
+
+    def take_join_requests(self) -> set[int]:
+        """Actors that asked to join the weight group since the last call."""
+        with self._lock:
+            joins, self._join_requests = self._join_requests, set()
+        return joins
+
+    def get(self, timeout_s: float) -> Group | None:
+        """The next completed group, or None if none arrived within ``timeout_s``."""
+        try:
+            return self.groups.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    @property
+    def exhausted_is_final(self) -> bool:
+        return False  # live actors: no group yet just means wait
+
+    def state_dict(self) -> dict:
+        with self._lock:
+            return {"sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        with self._lock:
+            self.sampler.load_state_dict(state["sampler"])
+            # The actors that held the old leases are gone with the old run: re-issue them now
+            # instead of waiting out their deadlines.
+            self.sampler.expire_overdue(now=float("inf"))
+
+    def ledger(self) -> dict[str, int]:
+        """Lease and episode accounting; ``ledger_broken`` names a violated invariant (empty: none)."""
+        with self._lock:
+            try:
+                self.sampler.check_ledger(within_bound=False)
+                broken = ""
+            except LedgerError as exc:
+                broken = str(exc)
+            return {**self.sampler.ledger(), **self.counters, "rejected_messages": self._inbox.total_rejected,
+                    "ledger_broken": broken}
 
     # ------------------------------------------------------------------ the loop
 
@@ -121,28 +166,44 @@ class HeadServer:
             return
         request = self._inbox.parse(frames[1], LeaseRequest)
         if request is not None and request.max_leases > 0:
-            self._waiting.append((frames[0], request.max_leases))
+            with self._lock:
+                self._waiting.append((frames[0], request.max_leases, request.actor_id))
 
     def _grant_waiting(self) -> None:
         while self._waiting:
-            identity, wanted = self._waiting[0]
+            identity, wanted, actor_id = self._waiting[0]
             lease = self.sampler.issue()
             if lease is None:
                 return
             self._open[lease.lease_id] = Group(lease)
+            self._holder[lease.lease_id] = actor_id
             self._router.send_multipart([identity, protocol.encode(lease)])
             if wanted > 1:
-                self._waiting[0] = (identity, wanted - 1)
+                self._waiting[0] = (identity, wanted - 1, actor_id)
             else:
                 self._waiting.popleft()
+
+    def actor_lost(self, actor_id: int) -> int:
+        """An actor died: re-issue its leases now, drop its unanswered requests; returns how many."""
+        with self._lock:
+            self._waiting = deque(w for w in self._waiting if w[2] != actor_id)
+            lost = [lease_id for lease_id, holder in self._holder.items() if holder == actor_id]
+            for lease_id in lost:
+                self.counters["episodes_discarded_late"] += len(self._open.pop(lease_id).episodes)
+                del self._holder[lease_id]
+            self.counters["leases_reissued_actor_lost"] += self.sampler.expire(lost)
+            return len(lost)
 
     def _on_push(self, frames: list[bytes]) -> None:
         if len(frames) != 1:
             self._inbox.rejected["bad_frames"] += 1
             return
-        message = self._inbox.parse(frames[0], (Trajectory, ActorStats))
+        message = self._inbox.parse(frames[0], (Trajectory, ActorStats, GroupJoin))
         if isinstance(message, ActorStats):
             self.actor_stats[message.actor_id] = message
+        elif isinstance(message, GroupJoin):
+            with self._lock:
+                self._join_requests.add(message.actor_id)
         elif isinstance(message, Trajectory):
             if self._record is not None:
                 self._record.write(frames[0])  # the stream as received, replayable into the learner
@@ -157,12 +218,16 @@ class HeadServer:
         if any(e.episode_index == episode.episode_index for e in group.episodes):
             self.counters["episodes_discarded_duplicate"] += 1
             return
+        if episode.purpose != group.lease.purpose:  # the lease decides what may be trained on
+            self.counters["episodes_discarded_purpose"] += 1
+            return
         group.episodes.append(episode)
         if len(group.episodes) == group.lease.group_size:
             del self._open[episode.lease_id]
+            self._holder.pop(episode.lease_id, None)
             if self.sampler.complete(episode.lease_id):
                 group.completed_at = time.time()
-                self.groups.put(group)
+                (self.eval_groups if group.lease.purpose == "eval" else self.groups).put(group)
             else:
                 self.counters["groups_discarded_late"] += 1
 
@@ -170,10 +235,8 @@ class HeadServer:
         now = time.time()
         for lease_id in [k for k, g in self._open.items() if g.lease.deadline_unix_s < now]:
             self.counters["episodes_discarded_late"] += len(self._open.pop(lease_id).episodes)
+            self._holder.pop(lease_id, None)
 
 
-def _open_record(record_dir: Path | None) -> BinaryIO | None:
-    if record_dir is None:
-        return None
-    record_dir.mkdir(parents=True, exist_ok=True)
-    return open(record_dir / "trajectories.msgpack", "ab", buffering=1 << 16)
+def _open_record(record_dir: Path | None) -> Recorder | None:
+    return None if record_dir is None else Recorder(record_dir / "trajectories.msgpack")

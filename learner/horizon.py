@@ -1,76 +1,321 @@
-"""ScalingInter-RL horizon schedule: the turn cap grows in stages as training goes on.
+"""ScalingInter-RL horizon schedules: the turn cap grows in stages as training goes on.
 
-The stage is a pure function of the global learner step, so a run resumed from a checkpoint
-at step N is in exactly the stage an uninterrupted run would be in at step N; the schedule
-has no state of its own to save.
+Kinds (``learner.horizon.kind``):
 
-Step convention: ``step`` is the number of optimizer steps completed so far (the policy
-version). Stage ``i + 1`` starts AT ``step == boundaries[i]``: with ``boundaries=[10]`` steps
-0..9 are stage 0 and step 10 is stage 1, so the leases issued after the 10th optimizer step
-already carry the larger cap.
+- ``fixed``: one turn cap for the whole run.
+- ``stepwise``: stage ``i + 1`` starts at a set step, given in steps (``boundaries``) or as
+  fractions of ``run.max_steps`` (``boundary_fractions``, see ``resolve_boundaries``).
+- ``adaptive``: the cap goes up one stage when, over the last ``plateau_window`` observed
+  steps of the current stage, the mean share of episodes truncated at the cap is at least
+  ``truncation_threshold`` and success rose by less than ``plateau_tolerance`` (mean of the
+  newer half of the window minus mean of the older half); never before the stage is
+  ``min_stage_steps`` old.
+
+Step convention: ``step`` is the number of optimizer steps completed (the policy version).
+Leases issued after step ``s`` carry ``cap_at(s)``. A stage starts AT its boundary: with
+``boundaries=[10]`` steps 0..9 are stage 0 and step 10 is stage 1. The loop calls
+``observe(s, ...)`` with the episodes trained on in step ``s`` before it asks ``cap_at(s)``,
+so a raise decided there already applies to the leases issued after step ``s``.
+
+Resume: the stage at a step depends only on the step and on recorded events (the configured
+boundaries, or the steps at which the adaptive schedule advanced, kept in ``state_dict``).
+No schedule counts steps by itself, so a resumed run cannot drift from an uninterrupted one,
+unlike a scheduler with its own step counter that the resume code must re-sync.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
+from abc import ABC, abstractmethod
+from collections import deque
+from typing import Any
 
 from learner.config import HorizonConfig
+
+KINDS = ("fixed", "stepwise", "adaptive")
 
 
 class HorizonConfigError(ValueError):
     """A turn-cap schedule that cannot be followed."""
 
 
+class HorizonSchedule(ABC):
+    """Turn cap by learner step; stage ``i`` has cap ``turn_caps[i]``."""
+
+    kind: str
+
+    def __init__(self, turn_caps: list[int]) -> None:
+        _check_turn_caps(list(turn_caps))
+        self.turn_caps = list(turn_caps)
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.turn_caps)
+
+    @abstractmethod
+    def stage_starts(self) -> list[int]:
+        """Steps at which stages 1, 2, ... start (so far, for adaptive), strictly increasing."""
+
+    def stage_at(self, step: int) -> int:
+        """Index of the stage in force after ``step`` completed optimizer steps."""
+        _check_step(step)
+        # bisect_right: a step equal to a stage start already belongs to that stage.
+        return bisect.bisect_right(self.stage_starts(), step)
+
+    def cap_at(self, step: int) -> int:
+        """Turn cap of the leases issued after ``step`` completed optimizer steps."""
+        return self.turn_caps[self.stage_at(step)]
+
+    def observe(self, step: int, truncated_at_cap_frac: float, success: float) -> None:
+        """Statistics of the episodes trained on in optimizer step ``step``; only adaptive uses them."""
+        _check_observation(step, truncated_at_cap_frac, success)
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able state for ``loop.json``; fixed and stepwise derive everything from the step."""
+        return {"kind": self.kind}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict()`` output from a checkpoint of the same kind of schedule."""
+        if not isinstance(state, dict) or state.get("kind") != self.kind:
+            found = state.get("kind") if isinstance(state, dict) else state
+            raise HorizonConfigError(
+                f"checkpoint horizon state is from a {found!r} schedule but this run's learner.horizon.kind "
+                f"is {self.kind!r}; resuming with another kind would move the stage boundaries"
+            )
+
+
+class FixedHorizon(HorizonSchedule):
+    """One turn cap for the whole run."""
+
+    kind = "fixed"
+
+    def __init__(self, turn_cap: int) -> None:
+        super().__init__([turn_cap])
+
+    def stage_starts(self) -> list[int]:
+        return []
+
+
+class StepwiseHorizon(HorizonSchedule):
+    """Turn cap ``turn_caps[i]`` from step ``boundaries[i - 1]`` (inclusive) to ``boundaries[i]``."""
+
+    kind = "stepwise"
+
+    def __init__(self, turn_caps: list[int], boundaries: list[int]) -> None:
+        super().__init__(turn_caps)
+        _check_boundaries(self.turn_caps, list(boundaries))
+        self.boundaries = list(boundaries)
+
+    @classmethod
+    def from_config(cls, config: HorizonConfig, max_steps: int | None = None) -> StepwiseHorizon:
+        """Build a ``stepwise`` section; ``max_steps`` is needed only for ``boundary_fractions``."""
+        if config.kind != "stepwise":
+            raise HorizonConfigError(f"learner.horizon.kind is {config.kind!r}; build it with build_horizon")
+        if config.boundary_fractions and max_steps is None:
+            raise HorizonConfigError("boundary_fractions need run.max_steps: use build_horizon(config, max_steps)")
+        return cls(config.turn_caps, resolve_boundaries(config, max_steps or 0))
+
+    def stage_starts(self) -> list[int]:
+        return self.boundaries
+
+
+class AdaptiveHorizon(HorizonSchedule):
+    """Raises the cap one stage when episodes keep hitting it and success has plateaued.
+
+    State is the list of steps at which it advanced plus the observation window of the current
+    stage; replaying the same observations from a restored state gives the same decisions.
+    The window restarts at each raise, so a stage lasts at least ``plateau_window`` observed
+    steps. Episodes in flight at a raise still ran under the old cap: ``min_stage_steps`` of at
+    least ``plateau_window + max_policy_lag`` keeps them out of the next decision.
+    """
+
+    kind = "adaptive"
+
+    def __init__(self, turn_caps: list[int], truncation_threshold: float, plateau_window: int,
+                 plateau_tolerance: float, min_stage_steps: int) -> None:
+        super().__init__(turn_caps)
+        _check_adaptive_params(self.turn_caps, truncation_threshold, plateau_window, plateau_tolerance,
+                               min_stage_steps)
+        self.truncation_threshold = truncation_threshold
+        self.plateau_window = plateau_window
+        self.plateau_tolerance = plateau_tolerance
+        self.min_stage_steps = min_stage_steps
+        self._stage_starts: list[int] = []
+        self._window: deque[tuple[int, float, float]] = deque(maxlen=plateau_window)
+
+    def stage_starts(self) -> list[int]:
+        return list(self._stage_starts)
+
+    def observe(self, step: int, truncated_at_cap_frac: float, success: float) -> None:
+        """Record step ``step``'s episodes; may start the next stage at ``step`` (see ``cap_at``)."""
+        _check_observation(step, truncated_at_cap_frac, success)
+        last = self._last_observed_step()
+        if last is not None and step <= last:
+            raise ValueError(f"observations must come in increasing step order: got step {step} after {last}")
+        self._window.append((step, float(truncated_at_cap_frac), float(success)))
+        if self._should_raise(step):
+            self._stage_starts.append(step)
+            self._window.clear()  # what was seen under the old cap says nothing about the new one
+
+    def _should_raise(self, step: int) -> bool:
+        stage = len(self._stage_starts)
+        stage_start = self._stage_starts[-1] if self._stage_starts else 0
+        if stage + 1 >= self.num_stages or step - stage_start < self.min_stage_steps:
+            return False
+        if len(self._window) < self.plateau_window:
+            return False
+        truncated = [t for _, t, _ in self._window]
+        if sum(truncated) / len(truncated) < self.truncation_threshold:
+            return False
+        return success_improvement([s for _, _, s in self._window]) < self.plateau_tolerance
+
+    def _last_observed_step(self) -> int | None:
+        if self._window:
+            return self._window[-1][0]
+        return self._stage_starts[-1] if self._stage_starts else None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "stage_starts": list(self._stage_starts),
+                "window": [list(entry) for entry in self._window]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        stage_starts = list(state.get("stage_starts", []))
+        _check_recorded_starts(stage_starts, self.num_stages)
+        window = [(int(s), float(t), float(x)) for s, t, x in state.get("window", [])]
+        floor = stage_starts[-1] if stage_starts else -1
+        steps = [floor] + [s for s, _, _ in window]
+        if any(later <= earlier for earlier, later in zip(steps, steps[1:])):
+            raise HorizonConfigError(f"checkpoint horizon window is out of order: {state}")
+        self._stage_starts = stage_starts
+        self._window = deque(window, maxlen=self.plateau_window)
+
+
+def success_improvement(successes: list[float]) -> float:
+    """Mean of the newer half minus mean of the older half (the middle value skipped if odd)."""
+    half = len(successes) // 2
+    if half == 0:
+        raise ValueError("need at least two successes to measure an improvement")
+    older, newer = successes[:half], successes[-half:]
+    return sum(newer) / half - sum(older) / half
+
+
+def resolve_boundaries(config: HorizonConfig, max_steps: int) -> list[int]:
+    """Stage boundaries in steps; fractions become ``floor(f * max_steps + 0.5)`` (half up).
+
+    After rounding they must be >= 1 and strictly increasing, else the run is too short for
+    that many stages and the schedule is rejected.
+    """
+    if config.boundaries and config.boundary_fractions:
+        raise HorizonConfigError(
+            f"learner.horizon: give boundaries (steps) or boundary_fractions (of run.max_steps), not both; "
+            f"got boundaries={config.boundaries} boundary_fractions={config.boundary_fractions} "
+            f"(set the unused one to [])"
+        )
+    if not config.boundary_fractions:
+        return list(config.boundaries)
+    fractions = list(config.boundary_fractions)
+    if not all(isinstance(f, float) and 0.0 < f < 1.0 for f in fractions):
+        raise HorizonConfigError(f"boundary_fractions must lie strictly between 0 and 1, got {fractions}")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
+        raise HorizonConfigError(f"boundary_fractions need a positive run.max_steps, got {max_steps!r}")
+    steps = [math.floor(f * max_steps + 0.5) for f in fractions]
+    if steps[0] <= 0 or any(b <= a for a, b in zip(steps, steps[1:])):
+        raise HorizonConfigError(
+            f"boundary_fractions {fractions} of run.max_steps={max_steps} round to steps {steps}; they must be "
+            f">= 1 and strictly increasing (run too short for that many stages?)"
+        )
+    return steps
+
+
+def build_horizon(config: HorizonConfig, max_steps: int) -> HorizonSchedule:
+    """The schedule of the ``learner.horizon`` section for a run of ``max_steps`` optimizer steps."""
+    if config.kind not in KINDS:
+        raise HorizonConfigError(f"learner.horizon.kind must be one of {', '.join(KINDS)}; got {config.kind!r}")
+    if config.kind == "stepwise":
+        return StepwiseHorizon(config.turn_caps, resolve_boundaries(config, max_steps))
+    if config.boundaries or config.boundary_fractions:
+        raise HorizonConfigError(
+            f"learner.horizon: kind {config.kind!r} takes no boundaries; set boundaries: [] and "
+            f"boundary_fractions: [] (got {config.boundaries} and {config.boundary_fractions})"
+        )
+    if config.kind == "fixed":
+        if len(config.turn_caps) != 1:
+            raise HorizonConfigError(f"kind 'fixed' needs exactly one turn cap, got turn_caps={config.turn_caps}")
+        return FixedHorizon(config.turn_caps[0])
+    return AdaptiveHorizon(config.turn_caps, config.truncation_threshold, config.plateau_window,
+                           config.plateau_tolerance, config.min_stage_steps)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_ints(name: str, values: list[int]) -> None:
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not _is_int(value):
             raise HorizonConfigError(f"{name} must hold integers, got {value!r} in {values}")
 
 
-def _validate(turn_caps: list[int], boundaries: list[int]) -> None:
+def _check_turn_caps(turn_caps: list[int]) -> None:
     _check_ints("turn_caps", turn_caps)
-    _check_ints("boundaries", boundaries)
     if not turn_caps:
         raise HorizonConfigError("turn_caps must name at least one stage")
+    if any(cap <= 0 for cap in turn_caps):
+        raise HorizonConfigError(f"turn_caps must be positive, got {turn_caps}")
+    if any(later < earlier for earlier, later in zip(turn_caps, turn_caps[1:])):
+        raise HorizonConfigError(f"turn_caps must not decrease from stage to stage, got {turn_caps}")
+
+
+def _check_boundaries(turn_caps: list[int], boundaries: list[int]) -> None:
+    _check_ints("boundaries", boundaries)
     if len(boundaries) != len(turn_caps) - 1:
         raise HorizonConfigError(
             f"{len(turn_caps)} turn_caps need {len(turn_caps) - 1} boundaries (the step each later "
             f"stage starts), got {len(boundaries)}: turn_caps={turn_caps} boundaries={boundaries}"
         )
-    if any(cap <= 0 for cap in turn_caps):
-        raise HorizonConfigError(f"turn_caps must be positive, got {turn_caps}")
-    if any(later < earlier for earlier, later in zip(turn_caps, turn_caps[1:])):
-        raise HorizonConfigError(f"turn_caps must not decrease from stage to stage, got {turn_caps}")
     if boundaries and boundaries[0] <= 0:
         raise HorizonConfigError(f"boundaries must be > 0 (stage 0 starts at step 0), got {boundaries}")
     if any(later <= earlier for earlier, later in zip(boundaries, boundaries[1:])):
         raise HorizonConfigError(f"boundaries must be strictly increasing, got {boundaries}")
 
 
-class StepwiseHorizon:
-    """Turn cap ``turn_caps[i]`` from step ``boundaries[i - 1]`` (inclusive) to ``boundaries[i]``."""
+def _check_adaptive_params(turn_caps: list[int], truncation_threshold: float, plateau_window: int,
+                           plateau_tolerance: float, min_stage_steps: int) -> None:
+    if len(turn_caps) < 2:
+        raise HorizonConfigError(f"kind 'adaptive' needs at least two turn_caps to raise to, got {turn_caps}")
+    if not 0.0 <= truncation_threshold <= 1.0:
+        raise HorizonConfigError(f"truncation_threshold must lie in [0, 1], got {truncation_threshold}")
+    if not _is_int(plateau_window) or plateau_window < 2:
+        raise HorizonConfigError(f"plateau_window must be an integer >= 2 steps, got {plateau_window!r}")
+    if not math.isfinite(plateau_tolerance) or plateau_tolerance < 0:
+        raise HorizonConfigError(f"plateau_tolerance must be finite and >= 0, got {plateau_tolerance}")
+    if not _is_int(min_stage_steps) or min_stage_steps < 0:
+        raise HorizonConfigError(f"min_stage_steps must be an integer >= 0, got {min_stage_steps!r}")
 
-    def __init__(self, turn_caps: list[int], boundaries: list[int]) -> None:
-        _validate(list(turn_caps), list(boundaries))
-        self.turn_caps = list(turn_caps)
-        self.boundaries = list(boundaries)
 
-    @classmethod
-    def from_config(cls, config: HorizonConfig) -> StepwiseHorizon:
-        """Build the schedule of the ``learner.horizon`` config section."""
-        return cls(config.turn_caps, config.boundaries)
+def _check_recorded_starts(stage_starts: list[int], num_stages: int) -> None:
+    _check_ints("checkpoint stage_starts", stage_starts)
+    if len(stage_starts) > num_stages - 1:
+        raise HorizonConfigError(
+            f"checkpoint records {len(stage_starts)} stage changes but turn_caps has only {num_stages} stages"
+        )
+    if any(s < 0 for s in stage_starts) or any(b <= a for a, b in zip(stage_starts, stage_starts[1:])):
+        raise HorizonConfigError(f"checkpoint stage_starts must be >= 0 and increasing, got {stage_starts}")
 
-    @property
-    def num_stages(self) -> int:
-        return len(self.turn_caps)
 
-    def stage_at(self, step: int) -> int:
-        """Index of the stage in force after ``step`` completed optimizer steps."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step must be a non-negative integer, got {step!r}")
-        # bisect_right: a step equal to a boundary already belongs to the next stage.
-        return bisect.bisect_right(self.boundaries, step)
+def _check_step(step: int) -> None:
+    if not _is_int(step) or step < 0:
+        raise ValueError(f"step must be a non-negative integer, got {step!r}")
 
-    def cap_at(self, step: int) -> int:
-        """Turn cap in force after ``step`` completed optimizer steps."""
-        return self.turn_caps[self.stage_at(step)]
+
+def _check_observation(step: int, truncated_at_cap_frac: float, success: float) -> None:
+    _check_step(step)
+    if not 0.0 <= truncated_at_cap_frac <= 1.0:
+        raise ValueError(f"truncated_at_cap_frac must lie in [0, 1], got {truncated_at_cap_frac}")
+    if not math.isfinite(success):
+        raise ValueError(f"success must be a finite number, got {success}")

@@ -16,6 +16,13 @@ and the importance weight ``w = min(pi_prox / mu, C)`` (truncated, detached) tha
 sampling from mu. When the learner takes one gradient step per batch, the proximal policy *is*
 the current one before the step: pass ``proximal_logprobs = logprobs.detach()``; then ``r == 1``
 in value (its gradient is still the policy gradient) and only ``w`` corrects the staleness.
+Classic PPO-clip against the behavior policy is the special case ``proximal = behavior``
+(``r = pi_theta / mu``, ``w = 1``).
+
+Further terms, all masked to assistant tokens: sequence-level masking by the geometric-mean
+ratio proximal / behavior (drop whole episodes the learner would have sampled very
+differently), KL to a frozen reference policy (k1 or k3), an entropy bonus, and the clipped
+value loss of a critic. ``aggregate_loss`` documents how per-token terms become one scalar.
 """
 
 from __future__ import annotations
@@ -79,6 +86,54 @@ def _masked_max(x: torch.Tensor, keep: torch.Tensor) -> float:
     return float(x[keep].max()) if bool(keep.any()) else 0.0
 
 
+LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
+    """Reduce a [B, T] per-token loss to a scalar over positions where ``mask`` is nonzero.
+
+    - ``token-mean``: sum over all kept tokens / their count; long episodes weigh by length.
+    - ``seq-mean-token-mean``: each episode's token mean, then the mean over episodes that have
+      a kept token; every episode weighs the same, whatever its length.
+    - ``seq-mean-token-sum-norm``: sum over all kept tokens / (B * T), the padded batch size
+      (Dr. GRPO, arXiv 2503.20783; verl's default normalizer): no per-episode length division,
+      so short and long episodes get the same per-token weight.
+
+    Masked positions never reach the result, even if they hold inf or NaN.
+    """
+    numerator, denominator = aggregate_parts(per_token, mask, mode)
+    return numerator / denominator.clamp(min=1)
+
+
+def aggregate_parts(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``aggregate_loss`` as (numerator, denominator); both are sums over rows.
+
+    Data-parallel ranks that each hold some rows add up their denominators (no gradient) and
+    divide their own numerator by the total: the sum over ranks is then the loss of the whole
+    batch, exactly, in every mode.
+    """
+    if per_token.dim() != 2 or per_token.shape != mask.shape:
+        raise ValueError(
+            f"per_token and mask must both be [B, T]; got {tuple(per_token.shape)} and {tuple(mask.shape)}"
+        )
+    keep = mask.bool()
+    kept = torch.where(keep, per_token, torch.zeros_like(per_token))
+    if mode == "token-mean":
+        return kept.sum(), keep.sum().to(kept.dtype)
+    if mode == "seq-mean-token-mean":
+        tokens = keep.sum(dim=1)
+        return (kept.sum(dim=1) / tokens.clamp(min=1)).sum(), (tokens > 0).sum().to(kept.dtype)
+    if mode == "seq-mean-token-sum-norm":
+        return kept.sum(), torch.tensor(float(per_token.numel()), dtype=kept.dtype, device=kept.device)
+    raise ValueError(f"loss aggregation must be one of {', '.join(LOSS_AGGREGATIONS)}; got {mode!r}")
+
+
+def _check_same_shape(reference: torch.Tensor, **others: torch.Tensor) -> None:
+    for name, other in others.items():
+        if other.shape != reference.shape:
+            raise ValueError(f"{name} has shape {tuple(other.shape)}, logprobs has {tuple(reference.shape)}")
+
+
 def ppo_clip_loss(
     logprobs: torch.Tensor,
     proximal_logprobs: torch.Tensor,
@@ -87,28 +142,42 @@ def ppo_clip_loss(
     mask: torch.Tensor,
     clip_eps: float,
     is_cap: float,
+    loss_agg: str = "token-mean",
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Decoupled PPO-clip loss with a truncated importance weight, token-mean over ``mask``.
+    """Decoupled PPO-clip loss with a truncated importance weight, aggregated over ``mask``.
 
     All inputs are [B, T] and aligned (see the module docstring); ``logprobs`` carries the
     gradient, the other inputs are treated as constants. Per token:
     ``r = exp(logprobs - proximal)``, ``w = min(exp(proximal - behavior), is_cap)``,
-    ``loss = -w * min(r * A, clip(r, 1 - clip_eps, 1 + clip_eps) * A)``.
-    The result is the mean over all tokens with ``mask != 0`` in the batch (token-level mean,
-    so long episodes weigh by their token count). Masked positions are zeroed *before* any
-    exponential, so garbage there (env tokens with behavior logprob 0, padding) changes neither
-    the loss nor the gradient and cannot produce inf/NaN.
+    ``loss = -w * min(r * A, clip(r, 1 - clip_eps, 1 + clip_eps) * A)``, reduced by
+    ``aggregate_loss(..., loss_agg)`` (default: token-level mean over the batch). Masked
+    positions are zeroed *before* any exponential, so garbage there (env tokens with behavior
+    logprob 0, padding) changes neither the loss nor the gradient and cannot produce inf/NaN.
 
-    Stats (floats, masked): ``pg_loss``; ``clip_frac`` (fraction of tokens where the clipped term
-    is the smaller one, i.e. clipping zeroes the gradient); ``is_weight_mean``, ``is_weight_max``
-    (after the cap); ``approx_kl`` = KL(behavior || current) by the k3 estimator
-    ``(q - 1) - log q`` with ``q = pi_theta / mu`` (unbiased under samples from mu, always >= 0).
+    Stats (floats, token means over the mask): ``pg_loss``; ``clip_frac`` (fraction of tokens
+    where the clipped term is the smaller one, i.e. clipping zeroes the gradient);
+    ``is_weight_mean``, ``is_weight_max`` (after the cap); ``approx_kl`` = KL(behavior || current)
+    by the k3 estimator ``(q - 1) - log q`` with ``q = pi_theta / mu`` (unbiased under samples
+    from mu, always >= 0).
     """
-    shape = logprobs.shape
-    for name, other in (("proximal_logprobs", proximal_logprobs), ("behavior_logprobs", behavior_logprobs),
-                        ("advantages", advantages), ("mask", mask)):
-        if other.shape != shape:
-            raise ValueError(f"{name} has shape {tuple(other.shape)}, logprobs has {tuple(shape)}")
+    per_token, stats = ppo_clip_token_losses(logprobs, proximal_logprobs, behavior_logprobs, advantages,
+                                             mask, clip_eps, is_cap)
+    loss = aggregate_loss(per_token, mask, loss_agg)
+    return loss, {"pg_loss": float(loss.detach()), **stats}
+
+
+def ppo_clip_token_losses(
+    logprobs: torch.Tensor,
+    proximal_logprobs: torch.Tensor,
+    behavior_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float,
+    is_cap: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The per-token [B, T] loss of ``ppo_clip_loss`` (0 off the mask) and its stats but ``pg_loss``."""
+    _check_same_shape(logprobs, proximal_logprobs=proximal_logprobs, behavior_logprobs=behavior_logprobs,
+                      advantages=advantages, mask=mask)
     if not clip_eps > 0 or not is_cap > 0:
         raise ValueError(f"clip_eps and is_cap must be > 0, got {clip_eps} and {is_cap}")
     keep = mask.bool()
@@ -120,16 +189,123 @@ def ppo_clip_loss(
     is_weight = torch.exp(torch.where(keep, proximal - behavior, zero)).clamp(max=is_cap)
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
-    per_token = -is_weight * torch.minimum(unclipped, clipped)
-    loss = masked_mean(per_token, keep)
+    per_token = torch.where(keep, -is_weight * torch.minimum(unclipped, clipped), zero)
     with torch.no_grad():
         log_q = torch.where(keep, logprobs - behavior, zero)
         k3 = torch.expm1(log_q) - log_q
         stats = {
-            "pg_loss": float(loss),
             "clip_frac": float(masked_mean((clipped < unclipped).float(), keep)),
             "is_weight_mean": float(masked_mean(is_weight, keep)),
             "is_weight_max": _masked_max(is_weight, keep),
             "approx_kl": float(masked_mean(k3, keep)),
         }
-    return loss, stats
+    return per_token, stats
+
+
+def geometric_mean_ratio(
+    proximal_logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """Per episode ``exp(mean_t log(pi_prox / mu))`` over its masked tokens -> [B] (1 if none)."""
+    _check_same_shape(proximal_logprobs, behavior_logprobs=behavior_logprobs, mask=mask)
+    keep = mask.bool()
+    log_ratio = torch.where(keep, proximal_logprobs.detach() - behavior_logprobs.detach(),
+                            torch.zeros_like(proximal_logprobs))
+    return torch.exp(log_ratio.sum(dim=1) / keep.sum(dim=1).clamp(min=1))
+
+
+def sequence_keep_mask(
+    proximal_logprobs: torch.Tensor, behavior_logprobs: torch.Tensor, mask: torch.Tensor, low: float, high: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Which episodes stay in the loss: geometric-mean ratio within ``[low, high]`` -> [B] bool.
+
+    A bound of 0 is disabled. The geometric mean (GSPO, arXiv 2507.18071; verl's sequence-level
+    "geometric" masking) is length-normalized, so one long episode is not masked just for being
+    long, the way a product of token ratios would be. Masking the whole episode, not single
+    tokens, keeps the credit assignment of the episode consistent. Stats: ``seq_masked_frac``
+    (of episodes with an assistant token) and ``seq_ratio_mean``.
+    """
+    if low < 0 or high < 0 or (0 < high <= low):
+        raise ValueError(f"need 0 <= low < high (0 disables a bound), got low={low}, high={high}")
+    ratio = geometric_mean_ratio(proximal_logprobs, behavior_logprobs, mask)
+    keep = torch.ones_like(ratio, dtype=torch.bool)
+    if low > 0:
+        keep &= ratio >= low
+    if high > 0:
+        keep &= ratio <= high
+    has_tokens = mask.bool().any(dim=1)
+    masked = (~keep & has_tokens).sum()
+    stats = {"seq_masked_frac": float(masked / has_tokens.sum().clamp(min=1)),
+             "seq_ratio_mean": float(ratio[has_tokens].mean()) if bool(has_tokens.any()) else 1.0}
+    return keep, stats
+
+
+KL_ESTIMATORS = ("k1", "k3")
+_MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps k3 finite when the policy drifted far from the reference
+
+
+def kl_to_reference(
+    logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor, estimator: str
+) -> torch.Tensor:
+    """Per-token estimate of KL(pi_theta || pi_ref) from the sampled tokens -> [B, T], 0 off mask.
+
+    ``k1 = log pi - log pi_ref`` (unbiased, high variance, can be negative); ``k3 = q - 1 - log q``
+    with ``q = pi_ref / pi`` (Schulman's low-variance estimator, always >= 0, GRPO's KL term).
+    The gradient flows through ``logprobs``; the reference is a constant.
+    """
+    _check_same_shape(logprobs, reference_logprobs=reference_logprobs, mask=mask)
+    keep = mask.bool()
+    zero = torch.zeros_like(logprobs)
+    log_ratio = torch.where(keep, logprobs - reference_logprobs.detach(), zero)
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k3":
+        log_q = (-log_ratio).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        return torch.where(keep, torch.expm1(log_q) - log_q, zero)
+    raise ValueError(f"kl estimator must be one of {', '.join(KL_ESTIMATORS)}; got {estimator!r}")
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float,
+    loss_agg: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped critic loss ``0.5 * max((v - R)^2, (v_old + clip(v - v_old, +-eps) - R)^2)``.
+
+    As PPO implementations (OpenAI baselines, OpenRLHF) do: the clipped term stops the critic
+    from moving far from the values the advantages were computed with. ``clip_eps == 0`` turns
+    clipping off (plain squared error). ``values`` carries the gradient; ``old_values`` and
+    ``returns`` are constants. Stats: ``value_loss``, ``value_clip_frac`` (tokens where the
+    clipped term is the larger one), ``value_mean``, ``value_error`` (mean |v - R|).
+    """
+    per_token, stats = value_token_losses(values, old_values, returns, mask, clip_eps)
+    loss = aggregate_loss(per_token, mask, loss_agg)
+    return loss, {"value_loss": float(loss.detach()), **stats}
+
+
+def value_token_losses(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip_eps: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The per-token [B, T] loss of ``value_loss`` (0 off the mask) and its stats but ``value_loss``."""
+    _check_same_shape(values, old_values=old_values, returns=returns, mask=mask)
+    if clip_eps < 0:
+        raise ValueError(f"value clip must be >= 0, got {clip_eps}")
+    keep = mask.bool()
+    zero = torch.zeros_like(values)
+    kept_values = torch.where(keep, values, zero)
+    returns = torch.where(keep, returns.detach(), zero)
+    unclipped = (kept_values - returns).square()
+    per_token = unclipped
+    if clip_eps > 0:
+        old = torch.where(keep, old_values.detach(), zero)
+        clipped = (old + (kept_values - old).clamp(-clip_eps, clip_eps) - returns).square()
+        per_token = torch.maximum(unclipped, clipped)
+    with torch.no_grad():
+        stats = {
+            "value_clip_frac": float(masked_mean((per_token > unclipped).float(), keep)),
+            "value_mean": float(masked_mean(values, keep)),
+            "value_error": float(masked_mean((values - returns).abs(), keep)),
+        }
+    return 0.5 * per_token, stats

@@ -1,17 +1,21 @@
-"""The learner loop (rank 0 is the head).
+"""The learner loop on rank 0, the head (ranks 1..N-1 run ``learner/follower.py``).
 
-1. Load the policy, shard it with FSDP2 (``fully_shard``), create AdamW.
-2. Start the head (``learner/head.py``): lease service and trajectory ingest over ZeroMQ.
-3. Wait until every actor has joined the weight-broadcast group.
-4. Until ``run.max_steps``:
+1. Join the learner group, load the policy and shard it with FSDP2 (``fully_shard``); AdamW.
+   With ``--resume``: model, optimizer, RNG, step, sampler and horizon from the latest checkpoint.
+2. Start the data source: the head (``learner/head.py``: leases and trajectory ingest over
+   ZeroMQ) or, with ``--replay``, a recorded trajectory stream (``learner/replay.py``).
+3. Until ``run.max_steps``:
    a. take ``groups_per_step`` completed GRPO groups; drop (and count) any group whose oldest
       token is more than ``max_policy_lag`` versions old;
-   b. GRPO advantages, PPO-clip loss against the behavior logprobs with a truncated importance
-      weight, masked to assistant tokens; AdamW step;
+   b. broadcast the batch to the followers; advantages, PPO-clip loss against the behavior
+      logprobs with a truncated importance weight, masked to assistant tokens; AdamW step;
    c. version v becomes v+1; the horizon schedule gives the turn cap for the next leases;
-   d. announce v+1 on PUB and broadcast the weights in fixed-size buckets;
-   e. tensorboard scalars; a checkpoint when due.
-5. Final checkpoint, ``Control(stop)`` to the actors, summary.
+   d. announce v+1 on PUB and broadcast the weights in fixed-size buckets to the weight group,
+      re-formed first when actors asked to join (start, restart, a failed receive);
+   e. tensorboard scalars; a checkpoint when due;
+   f. validation (``learner.eval_every``): log the eval round that completed, start one when due
+      (``learner/evaluation.py``; never waits for eval episodes).
+4. Final checkpoint, ``Control(stop)`` to the actors and followers, summary.
 
 Run it through the launcher: ``python launch.py --config configs/smoke.yaml``.
 """
@@ -19,7 +23,6 @@ Run it through the launcher: ``python launch.py --config configs/smoke.yaml``.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from pathlib import Path
@@ -34,53 +37,64 @@ from common.metrics import MetricsWriter
 from common.models import resolve_model
 from common.net import free_port
 from common.transport import bind_random, configure
-from common.weight_sync import WeightBroadcaster
+from common.weight_sync import BroadcastFailed, WeightBroadcaster
 from envhub.registry import task_ids
 from learner.batching import collate, split_stale
-from learner.checkpoint import save_checkpoint
+from learner.checkpoint import latest_complete
+from learner.distributed import Command, broadcast_batch, broadcast_command
+from learner.evaluation import build_eval_rounds
 from learner.head import Group, HeadServer
-from learner.horizon import StepwiseHorizon
-from learner.model import full_parameters, init_process_group, load_sharded_model
+from learner.horizon import build_horizon
+from learner.model import init_process_group
+from learner.policy import ShardedPolicy
+from learner.replay import ReplaySource
 from learner.rollout_metrics import rollout_scalars
 from learner.sampler import TaskSampler
 from learner.service_metrics import actor_scalars, envhub_scalars
-from learner.train_step import train_step
 
 log = logging.getLogger("learner")
 
 
 class Learner:
-    """One learner process; the launcher calls ``setup``, then ``run``; ``progress`` any time."""
+    """Rank 0; the launcher calls ``setup``, then ``run``; ``progress`` at any time."""
 
-    def __init__(self, cfg: Config, run_dir: str, envhub_url: str | None = None, host: str = "127.0.0.1"):
+    def __init__(self, cfg: Config, run_dir: str, envhub_url: str | None = None,
+                 master: tuple[str, int] | None = None, host: str = "127.0.0.1"):
         self.cfg, self.run_dir, self.envhub_url, self.host = cfg, Path(run_dir), envhub_url, host
-        self.step, self.version = 0, 0
+        self.master = master
+        self.step, self.version, self._dropped_stale, self._broadcast_failures = 0, 0, 0, 0
         self._progress: dict = {"step": 0}
-        self._dropped_stale = 0
         self._stop = threading.Event()
+        self.live = not cfg.run.replay
 
     def setup(self) -> dict[str, str]:
-        """Bind every socket and the broadcast store; returns the addresses actors connect to."""
+        """Collective with the followers' ``setup``; returns the addresses actors connect to."""
         cfg = self.cfg
         torch.manual_seed(cfg.run.seed)
         torch.set_num_threads(cfg.learner.torch_threads)
-        init_process_group(0, 1, self.host, free_port(self.host))
+        torch.use_deterministic_algorithms(self.cfg.run.deterministic)
+        init_process_group(0, cfg.learner.num_ranks, *(self.master or (self.host, free_port(self.host))))
         self.model_path = str(resolve_model(cfg.model.name, cfg.model.cache_dir))
-        self.model = load_sharded_model(self.model_path, cfg.model.dtype)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.learner.lr,
-                                           weight_decay=cfg.learner.weight_decay)
-        self.horizon = StepwiseHorizon.from_config(cfg.learner.horizon)
-        self.head = HeadServer(self._make_sampler(), self.host, record_dir=self.run_dir / "trajectories")
-        self.head.set_policy(self.version, self.horizon.cap_at(0))
-        self.pub = configure(zmq.Context.instance().socket(zmq.PUB))
-        control_address = bind_random(self.pub, self.host)
-        self.broadcaster = WeightBroadcaster(self.host, cfg.actors.count, int(cfg.learner.bucket_mb * 2**20),
-                                             cfg.learner.broadcast_timeout_s)
+        self.policy = ShardedPolicy(cfg, self.model_path)
+        self.horizon = build_horizon(cfg.learner.horizon, cfg.run.max_steps)
+        self.source = HeadServer(self._make_sampler(), self.host, self.run_dir / "trajectories") if self.live \
+            else ReplaySource(cfg.run.replay)
+        actor_model_path = self._maybe_resume()
+        self.source.set_policy(self.version, self.horizon.cap_at(self.step))
         self.metrics = MetricsWriter(self.run_dir / "tb", cfg.learner.tb_flush_s)
         self.metrics.text("config", "```yaml\n" + yaml.safe_dump(to_dict(cfg), sort_keys=False) + "\n```")
-        self.head.start()
-        return {"lease": self.head.lease_address, "trajectories": self.head.trajectory_address,
-                "control": control_address, "weights": self.broadcaster.address, "model_path": self.model_path}
+        self.source.start()
+        self.evaluation = build_eval_rounds(cfg) if self.live else None
+        self._evaluate()
+        if not self.live:
+            return {"model_path": actor_model_path}
+        self.pub = configure(zmq.Context.instance().socket(zmq.PUB))
+        control_address = bind_random(self.pub, self.host)
+        self.broadcaster = WeightBroadcaster(self.host, int(cfg.learner.bucket_mb * 2**20),
+                                             cfg.learner.broadcast_timeout_s)
+        return {"lease": self.source.lease_address, "trajectories": self.source.trajectory_address,
+                "control": control_address, "weights": self.broadcaster.address, "model_path": actor_model_path,
+                "policy_version": str(self.version)}
 
     def _make_sampler(self) -> TaskSampler:
         r, lc = self.cfg.rollout, self.cfg.learner
@@ -89,10 +103,22 @@ class Learner:
         return TaskSampler(env_tasks, r.group_size, lc.groups_per_step, lc.max_policy_lag,
                            lc.lease_timeout_s, r.max_episode_tokens, self.cfg.run.seed)
 
+    def _maybe_resume(self) -> str:
+        """Restore from the latest complete checkpoint; returns the weights actors must start from."""
+        if not self.cfg.run.resume:
+            return self.model_path
+        folder = latest_complete(self.run_dir)
+        if folder is None:
+            raise FileNotFoundError(f"--resume: no checkpoint with a COMPLETE marker under {self.run_dir}")
+        state = self.policy.load(folder)
+        self.step, self.version = state["step"], state["version"]
+        self.source.load_state_dict(state["source"])
+        self.horizon.load_state_dict(state["horizon"])
+        log.info("resumed from %s at step %d", folder, self.step)
+        return str(folder / "hf")
+
     def run(self) -> dict:
-        log.info("waiting for %d actor(s) to join the weight broadcast", self.cfg.actors.count)
-        self.broadcaster.connect()
-        log.info("all actors joined; training for %d steps", self.cfg.run.max_steps)
+        log.info("training from step %d to %d", self.step, self.cfg.run.max_steps)
         started = time.time()
         while self.step < self.cfg.run.max_steps and not self._stop.is_set():
             groups, wait_s = self._collect_groups()
@@ -100,23 +126,30 @@ class Learner:
                 break
             self._train_on(groups, wait_s)
         self._finish()
-        return {**self._progress, "wall_s": time.time() - started, "ledger": self.head.ledger()}
+        return {**self._progress, "wall_s": time.time() - started, "ledger": self.source.ledger()}
 
     def _collect_groups(self) -> tuple[list[Group] | None, float]:
         started, groups = time.monotonic(), []
         while len(groups) < self.cfg.learner.groups_per_step:
             if self._stop.is_set():
                 return None, 0.0
-            try:
-                groups.append(self.head.groups.get(timeout=0.5))
-            except queue.Empty:
+            group = self.source.get(timeout_s=0.5)
+            if group is None:
+                if self.source.exhausted_is_final:
+                    log.info("replay stream exhausted at step %d", self.step)
+                    return None, 0.0
                 continue
-            fresh, stale = split_stale(groups, self.version, self.cfg.learner.max_policy_lag)
-            for group in stale:
-                self.head.release(group)
-            self._dropped_stale += len(stale)
-            groups = fresh
+            groups.append(group)
+            if self.live:
+                groups = self._drop_stale(groups)
         return groups, time.monotonic() - started
+
+    def _drop_stale(self, groups: list[Group]) -> list[Group]:
+        fresh, stale = split_stale(groups, self.version, self.cfg.learner.max_policy_lag)
+        for group in stale:
+            self.source.release(group)
+        self._dropped_stale += len(stale)
+        return fresh
 
     def _train_on(self, groups: list[Group], wait_s: float) -> None:
         t0 = time.monotonic()
@@ -124,44 +157,80 @@ class Learner:
         scalars = rollout_scalars(episodes, self.version)
         batch = collate(groups)
         if batch is not None:
-            scalars.update(train_step(self.model, self.optimizer, batch, self.cfg.learner, self.cfg.rollout.temperature))
-        self.head.consume(len(groups))
+            broadcast_command(Command.TRAIN, self.step)
+            scalars.update(self.policy.train(broadcast_batch(batch)))
+        self.source.consume(len(groups))
         self.step += 1
         self.version += 1
         t1 = time.monotonic()
+        if episodes:  # the adaptive schedule decides on what this step saw
+            self.horizon.observe(self.step, scalars["horizon/truncated_at_cap"], scalars["rollout/success"])
         turn_cap = self.horizon.cap_at(self.step)
-        self.head.set_policy(self.version, turn_cap)
-        self._broadcast_weights()
+        self.source.set_policy(self.version, turn_cap)
+        if self.live and batch is not None:
+            self._broadcast_weights()
+        self._evaluate()  # after the broadcast: a new round's episodes start on the new weights
         t2 = time.monotonic()
         scalars.update(self._loop_scalars(episodes, wait_s, t1 - t0, t2 - t1, turn_cap))
-        scalars.update(envhub_scalars(self.envhub_url))
-        scalars.update(actor_scalars(dict(self.head.actor_stats)))
         self.metrics.scalars(scalars, self.step)
         self._update_progress(scalars, turn_cap)
         every = self.cfg.learner.checkpoint_every
         if every and self.step % every == 0 and self.step < self.cfg.run.max_steps:
             self._checkpoint()
 
+    def _evaluate(self, start: bool = True) -> None:
+        """Log the eval round that completed (at the step it started); start one when due."""
+        if self.evaluation is None:
+            return
+        for step, scalars in self.evaluation.collect(self.source.eval_groups):
+            self.metrics.scalars(scalars, step)
+        if start:
+            self.evaluation.maybe_start(self.step, self.source)
+
     def _broadcast_weights(self) -> None:
-        tensors = full_parameters(self.model)
-        announce = self.broadcaster.plan(tensors, self.version)
-        self.pub.send(protocol.encode(announce))
-        self.broadcaster.send(announce, tensors)
+        """Send the new version to the weight group, re-forming it first when actors asked to
+        join (start, restart, a failed receive). A failure drops the group and is counted: every
+        wait is bounded by the broadcast deadline, so a dead actor never hangs the learner."""
+        tensors = self.policy.full_parameters()  # a collective: the followers gather too
+        joins = self.source.take_join_requests()
+        members = sorted(set(self.broadcaster.members) | joins)
+        if not members:
+            return  # nobody to send to; actors that join later get the then-current version
+        try:
+            if joins or not self.broadcaster.connected:
+                regroup = protocol.Control(command="regroup", generation=self.broadcaster.generation + 1,
+                                           members=members)
+                self.pub.send(protocol.encode(regroup))
+                self.broadcaster.regroup(members)
+            announce = self.broadcaster.plan(tensors, self.version)
+            self.pub.send(protocol.encode(announce))
+            self.broadcaster.send(announce, tensors)
+        except BroadcastFailed as exc:
+            self._broadcast_failures += 1
+            log.warning("weight broadcast failed, the group is dropped and re-forms: %s", exc)
 
     def _loop_scalars(self, episodes, wait_s: float, train_s: float, broadcast_s: float, turn_cap: int) -> dict:
         step_s = wait_s + train_s + broadcast_s
-        ledger = self.head.ledger()
-        return {
+        ledger = self.source.ledger()
+        out = {
             "time/step_s": step_s, "time/wait_s": wait_s, "time/train_s": train_s, "time/broadcast_s": broadcast_s,
             "perf/samples_per_s": len(episodes) / max(step_s, 1e-9),
             "perf/tokens_per_s": sum(len(e.token_ids) for e in episodes) / max(step_s, 1e-9),
             "horizon/turn_cap": turn_cap, "horizon/stage": self.horizon.stage_at(self.step),
-            "async/queue_groups": self.head.groups.qsize(),
-            "async/leases_outstanding": ledger.get("outstanding", 0),
             "async/groups_dropped_stale": self._dropped_stale,
-            "async/episodes_discarded_late": ledger.get("episodes_discarded_late", 0),
-            "async/rejected_messages": ledger.get("rejected_messages", 0),
         }
+        if self.live:
+            out.update({
+                "async/queue_groups": self.source.groups.qsize(),
+                "async/leases_outstanding": ledger.get("outstanding", 0),
+                "async/episodes_discarded_late": ledger.get("episodes_discarded_late", 0),
+                "async/rejected_messages": ledger.get("rejected_messages", 0),
+                "async/weight_group_size": len(self.broadcaster.members),
+                "async/weight_group_generation": self.broadcaster.generation,
+                "async/broadcast_failures": self._broadcast_failures,
+                **envhub_scalars(self.envhub_url), **actor_scalars(dict(self.source.actor_stats)),
+            })
+        return out
 
     def _update_progress(self, scalars: dict, turn_cap: int) -> None:
         self._progress = {
@@ -169,24 +238,35 @@ class Learner:
             "reward": scalars.get("rollout/reward", 0.0), "success": scalars.get("rollout/success", 0.0),
             "turn_cap": turn_cap, "samples_per_s": scalars["perf/samples_per_s"],
             "policy_lag": scalars.get("async/policy_lag_mean", 0.0),
-            "actor_versions": {k: s.weight_version for k, s in self.head.actor_stats.items()},
         }
 
     def _checkpoint(self) -> Path:
-        loop_state = {"step": self.step, "version": self.version, "sampler": self.head.sampler.state_dict(),
-                      "horizon": {"stage": self.horizon.stage_at(self.step), "turn_cap": self.horizon.cap_at(self.step)}}
-        return save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, loop_state, self.model_path)
+        broadcast_command(Command.CHECKPOINT, self.step)
+        loop_state = {"step": self.step, "version": self.version, "source": self.source.state_dict(),
+                      "horizon": {**self.horizon.state_dict(), "stage": self.horizon.stage_at(self.step),
+                                  "turn_cap": self.horizon.cap_at(self.step)}}
+        return self.policy.save(self.run_dir, self.step, loop_state)
 
     def _finish(self) -> None:
-        self.pub.send(protocol.encode(protocol.Control(command="stop")))
+        if self.live:
+            self.pub.send(protocol.encode(protocol.Control(command="stop")))
         if self.step > 0:
             self._progress["checkpoint"] = str(self._checkpoint())
+        broadcast_command(Command.STOP, self.step)
+        self._evaluate(start=False)
         self.metrics.close()
-        self.head.stop()
-        self.pub.close()
+        self.source.stop()
+        if self.live:
+            self.pub.close()
 
     def progress(self) -> dict:
         return dict(self._progress)
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def actor_lost(self, actor_id: int) -> int:
+        """The launcher saw actor ``actor_id`` die: re-issue its leases now (returns how many)."""
+        lost = self.source.actor_lost(actor_id)
+        log.warning("actor %d died; %d lease(s) re-issued", actor_id, lost)
+        return lost

@@ -6,7 +6,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoModelForCausalLM
 
 
@@ -19,13 +19,35 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     dist.init_process_group(backend, rank=rank, world_size=world_size)
 
 
-def load_sharded_model(path: str, dtype: str) -> torch.nn.Module:
-    """Load the HF model and shard it with FSDP2: each decoder layer, then the root."""
+def load_sharded_model(path: str, dtype: str, mixed_precision: bool = False,
+                       activation_checkpointing: bool = False) -> torch.nn.Module:
+    """Load the HF model and shard it with FSDP2: each decoder layer, then the root.
+
+    ``mixed_precision``: compute in bfloat16, reduce gradients in float32, keep the master
+    weights in ``dtype``. ``activation_checkpointing``: recompute each decoder layer in backward.
+    """
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
-    for layer in model.model.layers:
-        fully_shard(layer)
-    fully_shard(model)
+    if activation_checkpointing:
+        enable_activation_checkpointing(model)
+    shard_layers_then_root(model, model.model.layers, mixed_precision)
     return model
+
+
+def enable_activation_checkpointing(model) -> None:
+    """HF's per-decoder-layer checkpointing (before sharding; module names stay unchanged, so
+    weight broadcast and checkpoints see the same keys). Non-reentrant: composes with FSDP2,
+    whose pre-backward hook unshards a layer for its recompute. Active in train mode only."""
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+
+
+def shard_layers_then_root(root: torch.nn.Module, layers, mixed_precision: bool) -> None:
+    """``fully_shard`` each decoder layer, then ``root``, with one precision policy for all."""
+    kwargs = {}
+    if mixed_precision:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in layers:
+        fully_shard(layer, **kwargs)
+    fully_shard(root, **kwargs)
 
 
 def full_parameters(model: torch.nn.Module) -> dict[str, torch.Tensor]:

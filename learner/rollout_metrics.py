@@ -13,12 +13,12 @@ from learner.batching import policy_lag
 def rollout_scalars(episodes: list[Trajectory], version: int) -> dict[str, float]:
     if not episodes:
         return {}
-    out = _summary("rollout", episodes)
+    out = episode_summary("rollout", episodes)
     by_env: dict[str, list[Trajectory]] = defaultdict(list)
     for e in episodes:
         by_env[e.env_id].append(e)
     for env_id, env_episodes in by_env.items():
-        summary = _summary(f"env/{env_id}", env_episodes)
+        summary = episode_summary(f"env/{env_id}", env_episodes)
         out.update({k: v for k, v in summary.items() if k.rsplit("/", 1)[1] in ("reward", "success", "num_turns")})
     lags = [policy_lag(e, version) for e in episodes if e.status == "ok"]
     if lags:
@@ -29,7 +29,9 @@ def rollout_scalars(episodes: list[Trajectory], version: int) -> dict[str, float
     return out
 
 
-def _summary(prefix: str, episodes: list[Trajectory]) -> dict[str, float]:
+def episode_summary(prefix: str, episodes: list[Trajectory]) -> dict[str, float]:
+    """``<prefix>/{reward,success,num_turns}`` over the ok episodes (all if none is ok), and
+    ``truncated_frac``, ``error_frac``, ``episode_tokens`` over all of them."""
     ok = [e for e in episodes if e.status == "ok"] or episodes
     return {
         f"{prefix}/reward": float(np.mean([e.reward for e in ok])),

@@ -18,6 +18,12 @@ needs no admission: the group already holds its slot, and the re-leased data is 
 
 Lease ids are ``f"{group_id}-r{attempt}"`` with ``group_id = f"g{draw_index}"``, so a completion
 can be classified (late / duplicate) from the id without remembering every lease ever issued.
+
+Eval groups (validation rounds, ``learner/evaluation.py``) are scheduled by the learner, not drawn:
+``group_id = f"e{index}"``, leases with ``purpose="eval"``. They are issued ahead of new draws and
+outside the staleness admission (they are never trained on), expire and re-issue like training
+groups, and have their own ``eval_*`` counters and invariants. They are not checkpointed: a
+restore drops the eval groups in flight (the learner starts a fresh round when one is due).
 """
 
 from __future__ import annotations
@@ -31,10 +37,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from common.protocol import TaskLease
+from common.protocol import LeasePurpose, TaskLease
 
 STATE_FORMAT = 1
 _LEASE_ID = re.compile(r"g(\d+)-r(\d+)")
+_EVAL_LEASE_ID = re.compile(r"e(\d+)-r(\d+)")
+_EVAL_COUNTERS = ("eval_scheduled", "eval_issued", "eval_reissued", "eval_completed", "eval_expired",
+                  "eval_discarded")
 _COUNTERS = ("drawn", "issued", "reissued", "completed", "expired", "late", "duplicate",
              "released", "consumed", "lost_on_restore")
 
@@ -55,6 +64,8 @@ class _Group:
     """Attempt number of the latest lease issued for this group (0 for the first)."""
     lease_id: str | None
     """The live lease, or None while the group waits to be re-issued."""
+    group_size: int = 0
+    """Episodes per lease; 0 means the sampler's ``group_size`` (eval groups set their own)."""
 
 
 def _stable_seed(*parts: object) -> int:
@@ -94,6 +105,82 @@ class _TaskCursor:
         return hashlib.sha256("\n".join(self.task_ids).encode()).hexdigest()[:16]
 
 
+class _EvalLeases:
+    """The sampler's eval groups: scheduled, leased, expired and re-issued, completed."""
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(_EVAL_COUNTERS, 0)
+        self.groups: dict[str, _Group] = {}  # scheduled, not completed
+        self.leases: dict[str, TaskLease] = {}  # outstanding
+        self.new: deque[str] = deque()  # scheduled, never leased
+        self.reissue: deque[str] = deque()  # lease expired, awaiting re-issue
+
+    def schedule(self, tasks: list[tuple[str, str]], group_size: int) -> list[str]:
+        ids = []
+        for env_id, task_id in tasks:
+            group_id = f"e{self.counts['eval_scheduled']}"
+            # One fixed env seed per task: every round replays the same held-out episodes' starts.
+            self.groups[group_id] = _Group(group_id, env_id, task_id, _stable_seed("eval", env_id, task_id),
+                                           attempt=0, lease_id=None, group_size=group_size)
+            self.new.append(group_id)
+            self.counts["eval_scheduled"] += 1
+            ids.append(group_id)
+        return ids
+
+    def next_group(self) -> _Group | None:
+        """The group to lease next: a re-issue first, then a never-leased one."""
+        if self.reissue:
+            group = self.groups[self.reissue.popleft()]
+            group.attempt += 1
+            self.counts["eval_reissued"] += 1
+            return group
+        return self.groups[self.new.popleft()] if self.new else None
+
+    def register(self, lease: TaskLease) -> None:
+        self.leases[lease.lease_id] = lease
+        self.counts["eval_issued"] += 1
+
+    def expire(self, lease_id: str) -> bool:
+        lease = self.leases.pop(lease_id, None)
+        if lease is None:
+            return False
+        self.groups[lease.group_id].lease_id = None
+        self.reissue.append(lease.group_id)
+        self.counts["eval_expired"] += 1
+        return True
+
+    def complete(self, lease_id: str) -> bool:
+        lease = self.leases.pop(lease_id, None)
+        if lease is None:  # expired (its group re-issued), completed already, or unknown
+            self.counts["eval_discarded"] += 1
+            return False
+        del self.groups[lease.group_id]
+        self.counts["eval_completed"] += 1
+        return True
+
+    def ledger(self) -> dict[str, int]:
+        return {**self.counts, "eval_outstanding": len(self.leases), "eval_pending": len(self.new),
+                "eval_awaiting_reissue": len(self.reissue)}
+
+    def broken_invariants(self) -> list[str]:
+        c = self.ledger()
+        checks = {
+            "every eval lease is a first lease or a re-issue":
+                c["eval_issued"] == c["eval_scheduled"] - c["eval_pending"] + c["eval_reissued"],
+            "every eval lease completed, expired or outstanding":
+                c["eval_issued"] == c["eval_completed"] + c["eval_expired"] + c["eval_outstanding"],
+            "every eval group completed or still owed": c["eval_scheduled"] == c["eval_completed"]
+                + c["eval_outstanding"] + c["eval_awaiting_reissue"] + c["eval_pending"],
+            "every eval expiry re-issued or queued":
+                c["eval_expired"] == c["eval_reissued"] + c["eval_awaiting_reissue"],
+        }
+        return [name for name, ok in checks.items() if not ok]
+
+
+def _is_eval_lease_id(lease_id: object) -> bool:
+    return isinstance(lease_id, str) and _EVAL_LEASE_ID.fullmatch(lease_id) is not None
+
+
 class TaskSampler:
     """Issues ``TaskLease``s round-robin across envs and keeps the lease ledger (head only)."""
 
@@ -123,8 +210,19 @@ class TaskSampler:
         self._reissue: deque[str] = deque()  # group ids whose lease expired, oldest first
         self._final_attempt: dict[int, int] = {}  # draw -> completing attempt, only when > 0
         self._released_ids: set[str] = set()
+        self._eval = _EvalLeases()
 
     # ------------------------------------------------------------------ driven by the head
+
+    def schedule_eval(self, tasks: list[tuple[str, str]], group_size: int) -> list[str]:
+        """Queue one eval group of ``group_size`` episodes per ``(env_id, task_id)``; their ids.
+
+        Eval leases go out ahead of new draws, need no admission, and are never trained on.
+        """
+        unknown = sorted({env for env, _ in tasks} - set(self.env_ids))
+        if unknown or group_size < 1:
+            raise ValueError(f"schedule_eval: envs {unknown} not sampled here, or group_size {group_size} < 1")
+        return self._eval.schedule(tasks, group_size)
 
     def set_version(self, version: int) -> None:
         """The policy version leases are stamped with; never decreases."""
@@ -152,11 +250,12 @@ class TaskSampler:
         return self.admitted() < self.admission_bound()
 
     def issue(self, now: float | None = None) -> TaskLease | None:
-        """The next lease: a re-issue of an expired group first, else a new draw; None if full.
+        """The next lease: a re-issue of an expired group, else an eval group, else a new draw.
 
         Overdue leases are expired first. A re-issue needs no admission (its group already holds
-        a slot); a new draw happens only while ``admissible()``. Leases carry the current turn
-        cap and policy version and a deadline ``now + lease_timeout_s``.
+        a slot), nor does an eval group (never trained on); a new draw happens only while
+        ``admissible()``. Leases carry the current turn cap and policy version and a deadline
+        ``now + lease_timeout_s``; returns None when none may be issued.
         """
         if self.turn_cap is None:
             raise RuntimeError("set_turn_cap must be called before the first lease is issued")
@@ -167,6 +266,9 @@ class TaskSampler:
             group.attempt += 1
             self._counts["reissued"] += 1
             return self._lease(group, now)
+        eval_group = self._eval.next_group()
+        if eval_group is not None:
+            return self._lease(eval_group, now, purpose="eval")
         if not self.admissible():
             return None
         return self._lease(self._draw(), now)
@@ -174,21 +276,36 @@ class TaskSampler:
     def expire_overdue(self, now: float | None = None) -> int:
         """Move leases whose deadline has come (``now >= deadline``) to the re-issue queue."""
         now = self.clock() if now is None else now
-        overdue = sorted((lease.deadline_unix_s, lease.lease_id) for lease in self._leases.values()
+        overdue = sorted((lease.deadline_unix_s, lease.lease_id)
+                         for lease in [*self._leases.values(), *self._eval.leases.values()]
                          if now >= lease.deadline_unix_s)
-        for _, lease_id in overdue:
-            lease = self._leases.pop(lease_id)
+        return self.expire([lease_id for _, lease_id in overdue])
+
+    def expire(self, lease_ids: list[str]) -> int:
+        """Expire these outstanding leases now (their actor died): their groups are re-issued."""
+        expired = eval_expired = 0
+        for lease_id in lease_ids:
+            if self._eval.expire(lease_id):
+                eval_expired += 1
+                continue
+            lease = self._leases.pop(lease_id, None)
+            if lease is None:
+                continue  # completed or expired already
             self._groups[lease.group_id].lease_id = None
             self._reissue.append(lease.group_id)
-        self._counts["expired"] += len(overdue)
-        return len(overdue)
+            expired += 1
+        self._counts["expired"] += expired
+        return expired + eval_expired
 
     def complete(self, lease_id: str) -> bool:
         """Record a returned lease. True exactly once per outstanding lease; False otherwise.
 
         False means the head must discard the trajectories: ``late`` for a lease that expired
         (its group was or will be re-issued), ``duplicate`` for one already completed or unknown.
+        Eval leases count as ``eval_completed`` or ``eval_discarded`` instead.
         """
+        if _is_eval_lease_id(lease_id):
+            return self._eval.complete(lease_id)
         lease = self._leases.pop(lease_id, None)
         if lease is None:
             self._counts[self._classify_rejected(lease_id)] += 1
@@ -229,9 +346,11 @@ class TaskSampler:
     # ------------------------------------------------------------------ ledger
 
     def ledger(self) -> dict[str, int]:
-        """All counters, plus the current ``outstanding``, ``awaiting_reissue``, ``buffered``."""
+        """All counters, plus the current ``outstanding``, ``awaiting_reissue``, ``buffered``;
+        the ``eval_*`` ones once an eval group was scheduled."""
+        evals = self._eval.ledger() if self._eval.counts["eval_scheduled"] else {}
         return {**self._counts, "outstanding": len(self._leases), "awaiting_reissue": len(self._reissue),
-                "buffered": self.buffered(), "admitted": self.admitted()}
+                "buffered": self.buffered(), "admitted": self.admitted(), **evals}
 
     def check_ledger(self, within_bound: bool = True) -> None:
         """Raise ``LedgerError`` naming the first broken invariant.
@@ -253,7 +372,7 @@ class TaskSampler:
                 live == c["outstanding"] and len(self._groups) - live == c["awaiting_reissue"],
             "admitted within the staleness bound": not within_bound or c["admitted"] <= self.admission_bound(),
         }
-        broken = [name for name, ok in checks.items() if not ok]
+        broken = [name for name, ok in checks.items() if not ok] + self._eval.broken_invariants()
         if broken:
             raise LedgerError(f"ledger invariant broken: {broken[0]}; ledger={c}")
 
@@ -294,6 +413,7 @@ class TaskSampler:
         self._reissue = deque(state["reissue"])
         self._final_attempt = {int(draw): int(attempt) for draw, attempt in state["final_attempt"]}
         self._released_ids = set(state["released_ids"])
+        self._eval = _EvalLeases()  # eval rounds are not checkpointed
         if not keep_buffered:
             lost = self.buffered()
             self._counts["released"] += lost
@@ -311,17 +431,20 @@ class TaskSampler:
         self._counts["drawn"] += 1
         return group
 
-    def _lease(self, group: _Group, now: float) -> TaskLease:
+    def _lease(self, group: _Group, now: float, purpose: LeasePurpose = "train") -> TaskLease:
         assert self.turn_cap is not None
         lease = TaskLease(
             lease_id=f"{group.group_id}-r{group.attempt}", group_id=group.group_id, env_id=group.env_id,
-            task_id=group.task_id, seed=group.seed, group_size=self.group_size, turn_cap=self.turn_cap,
-            max_episode_tokens=self.max_episode_tokens, policy_version=self.version,
-            deadline_unix_s=now + self.lease_timeout_s,
+            task_id=group.task_id, seed=group.seed, group_size=group.group_size or self.group_size,
+            turn_cap=self.turn_cap, max_episode_tokens=self.max_episode_tokens, policy_version=self.version,
+            deadline_unix_s=now + self.lease_timeout_s, purpose=purpose,
         )
         group.lease_id = lease.lease_id
-        self._leases[lease.lease_id] = lease
-        self._counts["issued"] += 1
+        if purpose == "eval":
+            self._eval.register(lease)
+        else:
+            self._leases[lease.lease_id] = lease
+            self._counts["issued"] += 1
         return lease
 
     def _classify_rejected(self, lease_id: str) -> str:

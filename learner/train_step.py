@@ -1,44 +1,392 @@
-"""One optimizer step on a batch: current logprobs, GRPO advantages, corrected PPO loss."""
+"""One learner update on a batch: advantages, then PPO-style passes over policy and critic.
+
+1. Without gradients, once per batch: the learner's pre-update ("proximal") logprobs when more
+   than one optimizer step follows or the KL sits in the reward; the reference logprobs when
+   ``kl_coef > 0``; the critic's old values when the estimator is ``gae``.
+2. Advantages by ``learner.algorithm.advantage`` (``learner/advantages.py``).
+3. ``ppo_epochs`` passes, each over ``minibatches`` shares of the episodes; per share:
+   a. policy: PPO-clip (decoupled: trust region at the proximal policy, truncated importance
+      weight proximal / behavior) on the episodes that pass the sequence mask, plus
+      ``kl_coef * KL`` to the reference (unless it is in the reward), minus
+      ``entropy_coef * entropy``; one AdamW step;
+   b. critic (``gae``): clipped value loss toward the GAE returns; one step of its own AdamW.
+
+With one pass and one share (the default) the proximal policy is the current one before the
+step, so no extra forward pass is needed: ``r == 1`` and only the importance weight corrects
+the actors' staleness.
+
+Data parallel: every learner rank calls ``Trainer.step`` with the *whole* batch (advantages need
+whole groups and batch-wide whitening). No-grad passes run on each rank's rows and are gathered;
+each optimizer step trains each rank on its rows of the share (``share[rank::world]``). Every
+rank divides its loss by the denominator summed over ranks (``aggregate_parts``) and FSDP2
+averages gradients, so the update equals the single-rank one in every aggregation mode.
+
+Gradient accumulation (``learner.micro_batch_tokens``): within one optimizer step a rank runs
+its rows in micro-batches (``plan_micro_batches``), each cut to its longest row, forward and
+backward each, then one optimizer step. Every micro-batch divides by the denominator of the
+whole share, so the summed gradient is the one of a single pass. Ranks agree on the number of
+micro-batches and pad with fully masked ones, so all make the same FSDP collectives.
+"""
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-from learner.advantages import grpo_advantages, sequence_to_token_advantages
+import torch
+import torch.distributed as dist
+
+from learner.advantages import (
+    gae_advantages,
+    grpo_advantages,
+    kl_shaped_token_rewards,
+    reinforce_pp_advantages,
+    rloo_advantages,
+    sequence_to_token_advantages,
+    whiten,
+)
 from learner.batching import Batch
 from learner.config import LearnerConfig
-from learner.losses import entropy_from_logits, masked_mean, ppo_clip_loss, token_logprobs
+from learner.critic import Critic
+from learner.distributed import world
+from learner.losses import (
+    aggregate_parts,
+    entropy_from_logits,
+    kl_to_reference,
+    masked_mean,
+    ppo_clip_token_losses,
+    sequence_keep_mask,
+    token_logprobs,
+    value_token_losses,
+)
+from learner.model import load_sharded_model
+from learner.reference import load_reference_model, reference_logprobs
 
 
 def train_step(model, optimizer, batch: Batch, cfg: LearnerConfig, temperature: float) -> dict[str, float]:
-    """Forward, loss, backward, clip, step. Returns ``learner/`` and ``optim/`` scalars."""
-    model.train()
-    logits = model(input_ids=batch.token_ids, attention_mask=batch.attention_mask).logits.float()
-    logprobs = token_logprobs(logits, batch.token_ids, temperature)
-    seq_adv = grpo_advantages(batch.rewards, batch.group_index, std_norm=cfg.grpo_std_norm)
-    advantages = sequence_to_token_advantages(seq_adv, batch.loss_mask)
-    # One gradient step per batch: the proximal policy is the current one before the step.
-    loss, stats = ppo_clip_loss(
-        logprobs, logprobs.detach(), batch.behavior_logprobs, advantages, batch.loss_mask,
-        clip_eps=cfg.clip_eps, is_cap=cfg.is_cap,
-    )
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+    """One update without critic or reference (``grpo``/``rloo``/``reinforce_pp``, ``kl_coef == 0``).
+
+    Trains on exactly the rows of ``batch``, with no reduction across ranks; ``Trainer`` is the
+    data-parallel and full-featured entry point.
+    """
+    return Trainer(model, optimizer, cfg, temperature, rank_and_world=(0, 1)).step(batch)
+
+
+@dataclass
+class _BatchConstants:
+    """What the passes over one batch hold fixed; [B, T] tensors, None when not needed."""
+
+    advantages: torch.Tensor
+    proximal: torch.Tensor | None
+    reference: torch.Tensor | None
+    old_values: torch.Tensor | None
+    returns: torch.Tensor | None
+    scalars: dict[str, float]
+
+
+class Trainer:
+    """Policy, its optimizer, and the optional critic and reference model of the algorithm."""
+
+    def __init__(self, policy, optimizer, cfg: LearnerConfig, temperature: float,
+                 critic: Critic | None = None, reference: torch.nn.Module | None = None,
+                 rank_and_world: tuple[int, int] | None = None):
+        alg = cfg.algorithm
+        if (alg.advantage == "gae") != (critic is not None):
+            raise ValueError("a critic is needed exactly when learner.algorithm.advantage is gae; "
+                             "Trainer.build creates it")
+        if (alg.kl_coef > 0) != (reference is not None):
+            raise ValueError("a reference model is needed exactly when learner.algorithm.kl_coef > 0; "
+                             "Trainer.build creates it")
+        self.policy, self.optimizer, self.cfg, self.temperature = policy, optimizer, cfg, temperature
+        self.critic, self.reference = critic, reference
+        self.rank, self.world_size = rank_and_world if rank_and_world is not None else world()
+        self._shuffle = torch.Generator().manual_seed(0)  # the same minibatch order on every rank
+
+    @classmethod
+    def build(cls, model_path: str, dtype: str, cfg: LearnerConfig, temperature: float) -> Trainer:
+        """Load and shard the policy (and critic / reference when the algorithm uses them).
+
+        A collective: needs the learner's process group (``learner.model.init_process_group``).
+        """
+        alg = cfg.algorithm
+        memory = dict(mixed_precision=cfg.mixed_precision, activation_checkpointing=cfg.activation_checkpointing)
+        policy = load_sharded_model(model_path, dtype, **memory)
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        critic = (Critic.build(model_path, dtype, alg.critic_lr, cfg.weight_decay, **memory)
+                  if alg.advantage == "gae" else None)
+        reference = load_reference_model(model_path, dtype) if alg.kl_coef > 0 else None
+        return cls(policy, optimizer, cfg, temperature, critic, reference)
+
+    def step(self, batch: Batch) -> dict[str, float]:
+        """All passes over the whole ``batch`` (a collective over the learner ranks).
+
+        Returns ``learner/`` and ``optim/`` scalars, means over the optimizer steps, of this
+        rank's rows; loss terms are this rank's share of the batch loss times the world size, so
+        their mean over ranks (``learner.distributed.mean_over_ranks``) is the batch loss.
+        """
+        self.policy.train()
+        if self.critic is not None:
+            self.critic.model.train()  # from_pretrained leaves it in eval, where HF skips checkpointing
+        constants = self._batch_constants(batch)
+        updates = []
+        for _ in range(self.cfg.algorithm.ppo_epochs):
+            for share in self._shares(batch.token_ids.shape[0]):
+                rows, real = self._my_rows(share)
+                micro_batches = self._micro_batches(batch, rows)
+                stats = self._update_policy(batch, constants, rows, real, micro_batches)
+                if self.critic is not None:
+                    stats.update(self._update_critic(batch, constants, rows, real, micro_batches))
+                updates.append(stats)
+        scalars = _scalars(updates, constants.scalars)
+        scalars["optim/lr"] = self.optimizer.param_groups[0]["lr"]
+        if self.critic is not None:
+            scalars["optim/critic_lr"] = self.critic.optimizer.param_groups[0]["lr"]
+        return scalars
+
+    # ------------------------------------------------------------------ once per batch
+
+    def _batch_constants(self, batch: Batch) -> _BatchConstants:
+        alg = self.cfg.algorithm
+        with torch.no_grad():
+            proximal = reference = old_values = None
+            # Also with the sequence mask: its keep mask (hence the loss denominator) must be
+            # known before the first micro-batch's backward.
+            if alg.ppo_epochs * alg.minibatches > 1 or alg.kl_in_reward or alg.seq_mask_low or alg.seq_mask_high:
+                proximal = self._gathered(batch, lambda ids, attention: token_logprobs(
+                    self.policy(input_ids=ids, attention_mask=attention).logits, ids, self.temperature))
+            if self.reference is not None:
+                reference = self._gathered(batch, lambda ids, attention: reference_logprobs(
+                    self.reference, ids, attention, self.temperature))
+            if self.critic is not None:
+                old_values = self._gathered(batch, self.critic.values)
+            advantages, returns, scalars = self._advantages(batch, proximal, reference, old_values)
+        scalars["advantage_abs_mean"] = float(masked_mean(advantages.abs(), batch.loss_mask))
+        return _BatchConstants(advantages, proximal, reference, old_values, returns, scalars)
+
+    def _gathered(self, batch: Batch, forward) -> torch.Tensor:
+        """``forward(ids, attention) -> [b, T]`` on this rank's rows, gathered for all [B, T] rows.
+
+        Runs in minibatch-sized shares (bounded memory); every rank pads its rows to the same
+        count with row 0 (results dropped), so all ranks make the same FSDP collectives.
+        """
+        num_rows = batch.token_ids.shape[0]
+        per_rank = -(-num_rows // self.world_size)
+        mine = torch.arange(self.rank, num_rows, self.world_size)
+        padded = torch.cat([mine, mine.new_zeros(per_rank - len(mine))])
+        shares = padded.tensor_split(min(self.cfg.algorithm.minibatches, per_rank))
+        local = torch.cat([forward(batch.token_ids[rows], batch.attention_mask[rows]) for rows in shares])
+        if self.world_size == 1:
+            return local
+        parts = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(parts, local.contiguous())
+        out = local.new_empty((num_rows, local.shape[1]))
+        for rank, part in enumerate(parts):
+            out[rank::self.world_size] = part[: len(range(rank, num_rows, self.world_size))]
+        return out
+
+    def _advantages(self, batch: Batch, proximal, reference, old_values):
+        """[B, T] advantages, [B, T] returns (gae) or None, and scalars about them."""
+        alg, mask = self.cfg.algorithm, batch.loss_mask
+        if alg.advantage in ("grpo", "rloo"):
+            per_episode = (grpo_advantages(batch.rewards, batch.group_index, alg.grpo_std_norm)
+                           if alg.advantage == "grpo" else rloo_advantages(batch.rewards, batch.group_index))
+            return sequence_to_token_advantages(per_episode, mask), None, {}
+        scalars, kl = {}, None
+        if alg.kl_in_reward:
+            kl = kl_to_reference(proximal, reference, mask, alg.kl_estimator)
+            scalars["kl"] = float(masked_mean(kl, mask))
+        token_rewards = kl_shaped_token_rewards(batch.rewards, mask, kl, alg.kl_coef)
+        if alg.advantage == "reinforce_pp":
+            return reinforce_pp_advantages(token_rewards, mask, alg.gamma), None, scalars
+        advantages, returns = gae_advantages(token_rewards, old_values, mask, alg.gamma, alg.lam)
+        scalars["return_mean"] = float(masked_mean(returns, mask))
+        return whiten(advantages, mask), returns, scalars
+
+    def _shares(self, num_rows: int) -> list[torch.Tensor]:
+        """Rows of each optimizer step of one pass; fewer shares than asked if rows are fewer."""
+        if self.cfg.algorithm.minibatches == 1:
+            return [torch.arange(num_rows)]
+        order = torch.randperm(num_rows, generator=self._shuffle)
+        return list(order.tensor_split(min(self.cfg.algorithm.minibatches, num_rows)))
+
+    def _my_rows(self, share: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """This rank's rows of ``share``; a rank without any gets row 0 with ``real == False``
+        (FSDP needs every rank in forward and backward; a zero mask makes it count for nothing)."""
+        rows = share[self.rank::self.world_size]
+        return (rows, True) if len(rows) else (share[:1], False)
+
+    # ------------------------------------------------------------------ per optimizer step
+
+    def _micro_batches(self, batch: Batch, rows: torch.Tensor) -> list[MicroBatch]:
+        """This rank's micro-batches of ``rows``, padded with dummies to the count of the rank
+        with the most (every FSDP forward and backward is a collective)."""
+        lengths = batch.attention_mask[rows].sum(dim=1)
+        plan = [MicroBatch(positions, int(lengths[positions].max()), False)
+                for positions in plan_micro_batches(lengths, self.cfg.micro_batch_tokens)]
+        count = torch.tensor(len(plan))
+        if self.world_size > 1 and self.cfg.micro_batch_tokens > 0:
+            dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        # A whole real row, not a cut one: a stand-in made of padding alone could attend to
+        # nothing and turn NaN in the backward even with a zero mask.
+        dummy = MicroBatch(torch.zeros(1, dtype=torch.long), int(lengths[0]), True)
+        return plan + [dummy] * (int(count) - len(plan))
+
+    def _update_policy(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, real: bool,
+                       micro_batches: list[MicroBatch]) -> dict[str, float]:
+        alg = self.cfg.algorithm
+        behavior = batch.behavior_logprobs[rows]
+        mask = batch.loss_mask[rows] * float(real)
+        proximal = constants.proximal[rows] if constants.proximal is not None else None
+        keep = mask
+        if proximal is not None:  # else no sequence mask (see _batch_constants): all rows stay
+            keep_rows, _ = sequence_keep_mask(proximal, behavior, mask, alg.seq_mask_low, alg.seq_mask_high)
+            keep = mask * keep_rows[:, None].to(mask.dtype)
+        denominator = self._denominator(keep, real)
+        self.optimizer.zero_grad(set_to_none=True)
+        logprobs, entropy = torch.zeros_like(mask), torch.zeros_like(mask)
+        losses = {"loss": 0.0, "pg_loss": 0.0}
+        for micro in micro_batches:
+            out = self._policy_backward(batch, constants, rows[micro.positions], keep[micro.positions],
+                                        micro, denominator)
+            for key in losses:
+                losses[key] += out[key]
+            if not micro.dummy:
+                logprobs[micro.positions, :micro.width] = out["logprobs"]
+                entropy[micro.positions, :micro.width] = out["entropy"]
+        stats = self._policy_stats(batch, constants, rows, mask, keep, logprobs, entropy)
+        stats.update(losses, entropy=float(masked_mean(entropy, mask)))
+        stats["grad_norm"] = _clip_and_step(self.policy, self.optimizer, self.cfg.max_grad_norm)
+        return stats
+
+    def _policy_backward(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, keep: torch.Tensor,
+                         micro: MicroBatch, denominator: torch.Tensor) -> dict:
+        """Forward and backward of one micro-batch (its loss divided by the share's denominator)."""
+        alg, width = self.cfg.algorithm, micro.width
+        keep = keep[:, :width] * float(not micro.dummy)
+        ids, behavior = batch.token_ids[rows, :width], batch.behavior_logprobs[rows, :width]
+        logits = self.policy(input_ids=ids, attention_mask=batch.attention_mask[rows, :width]).logits
+        logprobs = token_logprobs(logits, ids, self.temperature)
+        proximal = constants.proximal[rows, :width] if constants.proximal is not None else logprobs.detach()
+        anchor = proximal if alg.decoupled else behavior  # classic PPO clips current / behavior
+        per_token, _ = ppo_clip_token_losses(logprobs, anchor, behavior, constants.advantages[rows, :width], keep,
+                                             alg.clip_eps, alg.is_cap)
+        loss = self._reduce(per_token, keep, denominator)
+        pg_loss = float(loss.detach())
+        if self.reference is not None and not alg.kl_in_reward:
+            kl = kl_to_reference(logprobs, constants.reference[rows, :width], keep, alg.kl_estimator)
+            loss = loss + alg.kl_coef * self._reduce(kl, keep, denominator)
+        entropy = entropy_from_logits(logits if alg.entropy_coef > 0 else logits.detach(), self.temperature)
+        if alg.entropy_coef > 0:
+            loss = loss - alg.entropy_coef * self._reduce(entropy, keep, denominator)
+        loss.backward()
+        return {"loss": float(loss.detach()), "pg_loss": pg_loss, "logprobs": logprobs.detach(),
+                "entropy": entropy.detach()}
+
+    def _policy_stats(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, mask: torch.Tensor,
+                      keep: torch.Tensor, logprobs: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
+        """Statistics of the whole step, from the micro-batches' logprobs put back together."""
+        alg = self.cfg.algorithm
+        behavior = batch.behavior_logprobs[rows]
+        proximal = constants.proximal[rows] if constants.proximal is not None else logprobs
+        _, stats = sequence_keep_mask(proximal, behavior, mask, alg.seq_mask_low, alg.seq_mask_high)
+        anchor = proximal if alg.decoupled else behavior
+        _, pg_stats = ppo_clip_token_losses(logprobs, anchor, behavior, constants.advantages[rows], keep,
+                                            alg.clip_eps, alg.is_cap)
+        stats.update(pg_stats)
+        if self.reference is not None and not alg.kl_in_reward:
+            kl = kl_to_reference(logprobs, constants.reference[rows], keep, alg.kl_estimator)
+            stats["kl"] = float(masked_mean(kl, keep))
+        return stats
+
+    def _update_critic(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, real: bool,
+                       micro_batches: list[MicroBatch]) -> dict[str, float]:
+        # Every assistant token trains the critic, including episodes the sequence mask drops
+        # from the policy loss: their returns are still valid targets for the sampling policy.
+        mask = batch.loss_mask[rows] * float(real)
+        old_values, returns = constants.old_values[rows], constants.returns[rows]
+        denominator = self._denominator(mask, real)
+        self.critic.optimizer.zero_grad(set_to_none=True)
+        values, total = torch.zeros_like(mask), 0.0
+        for micro in micro_batches:
+            at, width = micro.positions, micro.width
+            micro_mask = mask[at, :width] * float(not micro.dummy)
+            predicted = self.critic.model(batch.token_ids[rows[at], :width], batch.attention_mask[rows[at], :width])
+            per_token, _ = value_token_losses(predicted, old_values[at, :width], returns[at, :width], micro_mask,
+                                              self.cfg.algorithm.value_clip)
+            loss = self._reduce(per_token, micro_mask, denominator)
+            loss.backward()
+            total += float(loss.detach())
+            if not micro.dummy:
+                values[at, :width] = predicted.detach()
+        _, stats = value_token_losses(values, old_values, returns, mask, self.cfg.algorithm.value_clip)
+        stats["value_loss"] = total
+        stats["critic_grad_norm"] = _clip_and_step(self.critic.model, self.critic.optimizer, self.cfg.max_grad_norm)
+        return stats
+
+    def _denominator(self, keep: torch.Tensor, real: bool) -> torch.Tensor:
+        """The ``loss_agg`` denominator of the whole share (summed over ranks), over world size.
+
+        Dividing by it gives each rank its share of the batch loss times the world size, which
+        FSDP2's gradient average turns back into the batch loss.
+        """
+        _, denominator = aggregate_parts(torch.zeros_like(keep), keep, self.cfg.algorithm.loss_agg)
+        denominator = denominator * float(real)  # a stand-in row is not part of the batch
+        if self.world_size > 1:
+            dist.all_reduce(denominator)
+        return denominator.clamp(min=1) / self.world_size
+
+    def _reduce(self, per_token: torch.Tensor, keep: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
+        numerator, _ = aggregate_parts(per_token, keep, self.cfg.algorithm.loss_agg)
+        return numerator / denominator
+
+
+@dataclass
+class MicroBatch:
+    """Rows (positions into a rank's rows) of one forward/backward, cut to ``width`` tokens;
+    a ``dummy`` one only makes the collectives of a rank with fewer micro-batches and counts
+    for nothing."""
+
+    positions: torch.Tensor
+    width: int
+    dummy: bool
+
+
+def plan_micro_batches(lengths: torch.Tensor, budget_tokens: int) -> list[torch.Tensor]:
+    """Split rows with these token ``lengths`` into groups of at most ``budget_tokens`` padded
+    tokens (rows x longest row); a row over the budget goes alone; 0: one group of all rows.
+
+    Rows are taken longest first, so rows of similar length share a group and padding stays low.
+    """
+    if budget_tokens <= 0 or len(lengths) == 0:
+        return [torch.arange(len(lengths))]
+    groups: list[list[int]] = []
+    for row in torch.argsort(lengths, descending=True, stable=True).tolist():
+        if groups and (len(groups[-1]) + 1) * int(lengths[groups[-1][0]]) <= budget_tokens:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return [torch.tensor(group) for group in groups]
+
+
+def _clip_and_step(module: torch.nn.Module, optimizer, max_grad_norm: float) -> float:
+    """Clip the accumulated gradients to ``max_grad_norm``, step; returns the pre-clip global norm."""
+    grad_norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_grad_norm)
     optimizer.step()
-    with torch.no_grad():
-        entropy = masked_mean(entropy_from_logits(logits.detach(), temperature), batch.loss_mask)
-    out = {f"learner/{k}": float(v) for k, v in stats.items()}
-    out.update({
-        "learner/loss": float(loss.detach()),
-        "learner/entropy": float(entropy),
-        "learner/advantage_abs_mean": float(masked_mean(advantages.abs(), batch.loss_mask)),
-        "optim/grad_norm": float(_to_local(grad_norm)),
-        "optim/lr": optimizer.param_groups[0]["lr"],
-    })
-    return out
+    return float(_to_local(grad_norm))
 
 
 def _to_local(value: torch.Tensor) -> torch.Tensor:
     # clip_grad_norm_ over DTensor parameters returns a DTensor.
     return value.full_tensor() if hasattr(value, "full_tensor") else value
+
+
+_OPTIM_KEYS = ("grad_norm", "critic_grad_norm")
+
+
+def _scalars(updates: list[dict[str, float]], batch_scalars: dict[str, float]) -> dict[str, float]:
+    """Mean of each statistic over the optimizer steps (max for ``*_max``), with namespaces."""
+    out = {f"learner/{k}": v for k, v in batch_scalars.items()}
+    for key in updates[0]:
+        values = [u[key] for u in updates]
+        value = max(values) if key.endswith("_max") else sum(values) / len(values)
+        out[f"optim/{key}" if key in _OPTIM_KEYS else f"learner/{key}"] = value
+    return out

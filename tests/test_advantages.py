@@ -1,13 +1,21 @@
-"""Advantages: outcome reward placement and GRPO normalization against hand-computed cases."""
+"""Advantages: reward placement, GRPO, RLOO, REINFORCE++ and GAE against hand-computed cases."""
+
+import math
 
 import pytest
 import torch
 
 from learner.advantages import (
+    assistant_returns,
+    gae_advantages,
     grpo_advantages,
+    kl_shaped_token_rewards,
     last_assistant_index,
     outcome_token_rewards,
+    reinforce_pp_advantages,
+    rloo_advantages,
     sequence_to_token_advantages,
+    whiten,
 )
 
 # Row 0: prompt(2) turn1(2) obs(2) turn2(2) final-obs(1). Row 1: single turn then padding.
@@ -81,3 +89,89 @@ def test_shape_errors_are_clear():
         outcome_token_rewards(torch.zeros(2), MULTI_TURN_MASK)
     with pytest.raises(ValueError, match=r"loss_mask must be \[B, T\]"):
         sequence_to_token_advantages(torch.zeros(3), torch.zeros(3))
+
+
+NAN = float("nan")
+
+
+def test_rloo_baseline_is_the_mean_of_the_other_episodes():
+    # group 5: rewards 1, 0, 2 -> others' means 1, 1.5, 0.5; group 2: singleton -> 0
+    adv = rloo_advantages(torch.tensor([1.0, 3.0, 0.0, 2.0]), torch.tensor([5, 2, 5, 5]))
+    assert torch.allclose(adv, torch.tensor([0.0, 0.0, -1.5, 1.5]))
+
+
+def test_kl_penalty_lands_on_assistant_tokens_only():
+    kl = torch.full((3, 9), NAN)  # garbage off the mask must not leak into the rewards
+    kl[0, [2, 3, 6, 7]] = torch.tensor([0.5, 1.0, 0.0, 2.0])
+    kl[1, [1, 2, 3]] = torch.tensor([1.0, 1.0, 1.0])
+    rewards = kl_shaped_token_rewards(torch.tensor([1.0, 0.0, 3.0]), MULTI_TURN_MASK, kl, kl_coef=0.1)
+    assert torch.allclose(rewards[0], torch.tensor([0, 0, -0.05, -0.1, 0, 0, 0, 1 - 0.2, 0]))
+    assert torch.allclose(rewards[1], torch.tensor([0, -0.1, -0.1, -0.1, 0, 0, 0, 0, 0]))
+    assert rewards[2].abs().sum() == 0
+
+
+def test_returns_skip_env_tokens_and_discount_once_per_assistant_token():
+    token_rewards = torch.zeros(3, 9)
+    token_rewards[0, 2], token_rewards[0, 7] = -0.1, 1.0
+    token_rewards[0, 4] = 50.0  # an env token: never part of a return
+    returns = assistant_returns(token_rewards, MULTI_TURN_MASK, gamma=0.5)
+    # G7 = 1, G6 = 0.5, G3 = 0.25 (one discount across the observation), G2 = -0.1 + 0.125
+    assert torch.allclose(returns[0], torch.tensor([0, 0, 0.025, 0.25, 0, 0, 0.5, 1.0, 0]))
+    assert returns[1:].abs().sum() == 0
+
+
+def masked_stats(x, mask):
+    values = x[mask.bool()]
+    return float(values.mean()), float(values.var(unbiased=False))
+
+
+def test_reinforce_pp_whitens_returns_over_all_assistant_tokens_of_the_batch():
+    token_rewards = outcome_token_rewards(torch.tensor([2.0, -1.0, 7.0]), MULTI_TURN_MASK)
+    adv = reinforce_pp_advantages(token_rewards, MULTI_TURN_MASK, gamma=1.0)
+    # returns: 2 on row 0's four tokens, -1 on row 1's three; row 2 has none
+    mean = (4 * 2 - 3) / 7
+    std = math.sqrt((4 * (2 - mean) ** 2 + 3 * (-1 - mean) ** 2) / 7)
+    assert torch.allclose(adv[0, [2, 3, 6, 7]], torch.full((4,), (2 - mean) / std))
+    assert torch.allclose(adv[1, [1, 2, 3]], torch.full((3,), (-1 - mean) / std))
+    assert adv[MULTI_TURN_MASK == 0].abs().sum() == 0
+    assert masked_stats(adv, MULTI_TURN_MASK) == pytest.approx((0.0, 1.0), abs=1e-6)
+
+
+def test_whiten_of_constant_returns_is_zero_not_nan():
+    adv = whiten(torch.ones(2, 3), torch.tensor([[1, 1, 0], [0, 1, 1]]))
+    assert torch.equal(adv, torch.zeros(2, 3))
+
+
+# One episode: prompt, turn 1 (2 tokens), observation (2), turn 2 (1 token), final observation.
+GAE_MASK = torch.tensor([[0, 1, 1, 0, 0, 1, 0]])
+GAE_VALUES = torch.tensor([[NAN, 0.5, 0.6, NAN, NAN, 0.8, NAN]])  # env values are never read
+
+
+def test_gae_hand_computed_over_assistant_tokens_only():
+    token_rewards = outcome_token_rewards(torch.tensor([1.0]), GAE_MASK)
+    adv, returns = gae_advantages(token_rewards, GAE_VALUES, GAE_MASK, gamma=0.9, lam=0.8)
+    # t=5: delta = 1 - 0.8 = 0.2 (terminal)        A = 0.2
+    # t=2: delta = 0.9 * 0.8 - 0.6 = 0.12          A = 0.12 + 0.72 * 0.2 = 0.264
+    # t=1: delta = 0.9 * 0.6 - 0.5 = 0.04          A = 0.04 + 0.72 * 0.264 = 0.23008
+    assert torch.allclose(adv, torch.tensor([[0, 0.23008, 0.264, 0, 0, 0.2, 0]]))
+    assert torch.allclose(returns, torch.tensor([[0, 0.73008, 0.864, 0, 0, 1.0, 0]]))
+
+
+def test_gae_with_lambda_one_is_the_monte_carlo_return_minus_the_value():
+    token_rewards = outcome_token_rewards(torch.tensor([1.0]), GAE_MASK)
+    adv, returns = gae_advantages(token_rewards, GAE_VALUES, GAE_MASK, gamma=1.0, lam=1.0)
+    assert torch.allclose(adv, torch.tensor([[0, 0.5, 0.4, 0, 0, 0.2, 0]]))
+    assert torch.allclose(returns, GAE_MASK.float())
+
+
+def test_gae_with_lambda_zero_is_one_step_td():
+    token_rewards = outcome_token_rewards(torch.tensor([1.0]), GAE_MASK)
+    adv, _ = gae_advantages(token_rewards, GAE_VALUES, GAE_MASK, gamma=1.0, lam=0.0)
+    assert torch.allclose(adv, torch.tensor([[0, 0.1, 0.2, 0, 0, 0.2, 0]]))
+
+
+def test_per_token_shape_errors_are_clear():
+    with pytest.raises(ValueError, match="values and loss_mask"):
+        gae_advantages(torch.zeros(1, 7), torch.zeros(1, 6), GAE_MASK, 1.0, 1.0)
+    with pytest.raises(ValueError, match="kl must be"):
+        kl_shaped_token_rewards(torch.zeros(1), GAE_MASK, torch.zeros(1, 3), kl_coef=0.1)

@@ -41,8 +41,8 @@ def test_unknown_section_is_rejected():
 def test_wrong_type_is_rejected():
     with pytest.raises(ConfigError, match="run.max_steps"):
         load_config(None, ["--run.max_steps", "many"])
-    with pytest.raises(ConfigError, match="learner.grpo_std_norm"):
-        load_config(None, ["--learner.grpo_std_norm", "3"])
+    with pytest.raises(ConfigError, match="learner.algorithm.grpo_std_norm"):
+        load_config(None, ["--learner.algorithm.grpo_std_norm", "3"])
 
 
 def test_override_without_value_is_an_error():

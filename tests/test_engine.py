@@ -1,4 +1,5 @@
-"""CpuEngine: sampled-token logprobs, batching, stop tokens, weight updates, shutdown."""
+"""CpuEngine: sampled-token logprobs, continuous batching, prefix reuse, stop tokens, weight
+updates, backpressure, shutdown."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from actors.decode_batch import sample_tokens
 from actors.engine import CpuEngine, EngineError, SamplingParams
+from actors.kv_slab import KvSlab
+from actors.prefix_cache import CachedPrefix, PrefixCache
 
 VOCAB_SIZE = 300
 BLOCK_TIMEOUT_S = 10.0
@@ -144,8 +148,8 @@ def test_finished_row_is_resolved_before_the_rest_of_its_batch():
 
 
 def test_weights_staged_mid_generation_apply_at_a_step_boundary():
-    model = tiny_model(seed=0)
-    new_state = {name: p.detach().clone() for name, p in tiny_model(seed=1).named_parameters()}
+    model, old_model, new_model = tiny_model(seed=0), tiny_model(seed=0), tiny_model(seed=1)
+    new_state = {name: p.detach().clone() for name, p in new_model.named_parameters()}
     engine = CpuEngine(model)
 
     def stage_from_another_thread():
@@ -155,12 +159,18 @@ def test_weights_staged_mid_generation_apply_at_a_step_boundary():
 
     # Forward 1 is the prefill, so tokens 0..4 come from version 0 and the rest from version 1.
     on_forward_call(model, 5, stage_from_another_thread)
-    generation = asyncio.run(submit_then_start(engine, [([1, 2, 3], SamplingParams(max_new_tokens=20))]))[0]
+    prompt = [1, 2, 3]
+    generation = asyncio.run(submit_then_start(engine, [(prompt, SamplingParams(max_new_tokens=20))]))[0]
 
     assert generation.versions == [0] * 5 + [1] * 15
     assert engine.version == 1
     for name, param in model.named_parameters():
         assert torch.equal(param, new_state[name]), name
+    # The running request was re-prefilled: each token's logits come from one version over its whole context.
+    old_expected = reference_logprobs(old_model, prompt, generation.token_ids, temperature=1.0)
+    new_expected = reference_logprobs(new_model, prompt, generation.token_ids, temperature=1.0)
+    assert generation.logprobs == pytest.approx(old_expected[:5] + new_expected[5:], abs=1e-4)
+    assert engine.cached_prefix_tokens == len(prompt) + 20 - 1  # consistent with version 1, so kept
 
 
 def test_weights_staged_while_idle_apply_before_the_next_request():
@@ -255,3 +265,238 @@ def test_bad_prompts_are_rejected(prompt, params_kwargs, message):
 def test_bad_sampling_params_are_rejected(kwargs):
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
+
+
+def assert_matches_reference(model, prompt, generation, temperature: float = 1.0) -> None:
+    expected = reference_logprobs(model, prompt, generation.token_ids, temperature)
+    torch.testing.assert_close(torch.tensor(generation.logprobs), torch.tensor(expected), atol=1e-4, rtol=0)
+
+
+async def wait_until(predicate, timeout_s: float = BLOCK_TIMEOUT_S) -> None:
+    """Yield to the loop until `predicate()` holds (the worker thread makes progress meanwhile)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.001)
+
+
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_requests_joining_a_running_batch_match_an_unpadded_forward_pass(attn_implementation):
+    model = tiny_model(attn_implementation=attn_implementation)
+    engine = CpuEngine(model, seed=1)
+    worker_held, release_worker = threading.Event(), threading.Event()
+
+    def hold_worker():
+        worker_held.set()
+        release_worker.wait(BLOCK_TIMEOUT_S)
+
+    async def main():
+        engine.start()
+        try:
+            earlier_prompt = [9, 8, 7, 6, 5]
+            earlier = await engine.generate(earlier_prompt, SamplingParams(max_new_tokens=7))
+            # Forward 1 prefills the long request; newcomers queue while forward 3 is held.
+            on_forward_call(model, 3, hold_worker)
+            long = asyncio.create_task(engine.generate([1, 2, 3], SamplingParams(max_new_tokens=40)))
+            await asyncio.to_thread(worker_held.wait, BLOCK_TIMEOUT_S)
+            newcomers = [
+                (earlier_prompt + earlier.token_ids + [11, 12], SamplingParams(max_new_tokens=6, temperature=0.8)),
+                ([5] * 13, SamplingParams(max_new_tokens=12, temperature=1.3)),
+                ([40, 41], SamplingParams(max_new_tokens=9)),
+            ]
+            tasks = [asyncio.create_task(engine.generate(p, params)) for p, params in newcomers]
+            await wait_until(lambda: engine.queue_depth == 4)
+            release_worker.set()
+            results = await asyncio.gather(long, *tasks)
+            return [([1, 2, 3], SamplingParams(40)), *newcomers], results
+        finally:
+            engine.stop()
+
+    requests, generations = asyncio.run(main())
+    assert engine.largest_batch_size == 4  # the newcomers decoded alongside the long request
+    assert engine.reused_tokens == 5 + 7 - 1  # the extended prompt skipped its cached prefix
+    for (prompt, params), generation in zip(requests, generations):
+        assert len(generation.token_ids) == params.max_new_tokens
+        assert_matches_reference(model, prompt, generation, params.temperature)
+
+
+def test_rows_leave_and_join_over_many_steps():
+    model = tiny_model()
+    engine = CpuEngine(model, max_batch_size=8, seed=2)
+    # Six long prompts fill rows 0-5 and leave after 2 tokens: the two short prompts that keep
+    # decoding in rows 6-7 are compacted to the front, then later requests join and leave.
+    requests = [(list(range(10 * i, 10 * i + 20)), SamplingParams(2)) for i in range(6)]
+    requests += [([2, 3], SamplingParams(30)), ([4, 5, 6], SamplingParams(30))]
+    requests += [
+        ([(13 * i + j) % VOCAB_SIZE for j in range(1 + (37 * i) % 71)], SamplingParams(max_new_tokens=2 + (5 * i) % 17))
+        for i in range(6)
+    ]
+    generations = asyncio.run(submit_then_start(engine, requests))
+
+    assert engine.largest_batch_size == 8
+    for (prompt, params), generation in zip(requests, generations):
+        assert len(generation.token_ids) == params.max_new_tokens
+        assert_matches_reference(model, prompt, generation)
+
+
+def test_kv_slab_trim_and_compaction_keep_every_row_s_states():
+    slab = KvSlab(num_layers=2)
+
+    def states(tokens: int, fill: float):
+        return [(torch.full((2, tokens, 4), fill + layer), torch.full((2, tokens, 4), -fill - layer))
+                for layer in range(2)]
+
+    for row, tokens in enumerate([3, 7, 5]):
+        slab.write_row(row, states(tokens, float(row)))
+    slab.clear_row(1)
+    slab.trim(longest_row_tokens=5)
+    assert slab.length - slab.start == 5  # the freed 7-token row no longer widens the window
+    before = {row: slab.row_kv(row) for row in (0, 2)}
+    slab.compact([0, 2])
+
+    assert (slab.num_rows, slab.length - slab.start) == (2, 5)
+    for new_row, old_row in enumerate((0, 2)):
+        for (k, v), (old_k, old_v) in zip(slab.row_kv(new_row), before[old_row]):
+            assert torch.equal(k, old_k) and torch.equal(v, old_v)
+
+
+async def run_episode_turns(engine: CpuEngine, turns: int) -> list[tuple[list[int], object]]:
+    """Each turn's prompt = previous prompt + its sampled tokens + an 'observation' delta."""
+    prompt, history = [3, 1, 4, 1, 5], []
+    for turn in range(turns):
+        generation = await engine.generate(prompt, SamplingParams(max_new_tokens=6))
+        history.append((prompt, generation))
+        prompt = prompt + generation.token_ids + [100 + turn, 101 + turn, 102 + turn]
+    return history
+
+
+def test_prefix_reuse_gives_the_same_logprobs_and_prefills_fewer_tokens():
+    model = tiny_model()
+    with_reuse, without_reuse = CpuEngine(model, seed=4), CpuEngine(model, seed=4, max_cached_prefix_tokens=0)
+
+    async def main(engine):
+        engine.start()
+        try:
+            return await run_episode_turns(engine, turns=3)
+        finally:
+            engine.stop()
+
+    reused, fresh = asyncio.run(main(with_reuse)), asyncio.run(main(without_reuse))
+
+    for (prompt, generation), (_, fresh_generation) in zip(reused, fresh):
+        assert generation.token_ids == fresh_generation.token_ids
+        assert generation.logprobs == pytest.approx(fresh_generation.logprobs, abs=1e-4)
+        assert_matches_reference(model, prompt, generation)
+    # Turns 2 and 3 prefill only the last sampled token and the 3-token delta.
+    assert with_reuse.prefill_tokens == 5 + 2 * (1 + 3)
+    assert with_reuse.reused_tokens == sum(len(prompt) - 4 for prompt, _ in reused[1:])
+    assert without_reuse.prefill_tokens == sum(len(prompt) for prompt, _ in fresh)
+    assert without_reuse.reused_tokens == 0
+
+
+def test_new_weights_invalidate_cached_prefixes():
+    model, new_model = tiny_model(seed=0), tiny_model(seed=1)
+    engine = CpuEngine(model)
+
+    async def main():
+        engine.start()
+        try:
+            first = await engine.generate([1, 2, 3], SamplingParams(max_new_tokens=5))
+            assert engine.cached_prefix_tokens == 3 + 5 - 1
+            engine.stage_weights(dict(new_model.named_parameters()), version=1)
+            await wait_until(lambda: engine.version == 1)
+            prompt = [1, 2, 3, *first.token_ids, 50]
+            return prompt, await engine.generate(prompt, SamplingParams(max_new_tokens=5))
+        finally:
+            engine.stop()
+
+    prompt, second = asyncio.run(main())
+    assert engine.reused_tokens == 0
+    assert second.versions == [1] * 5
+    assert_matches_reference(new_model, prompt, second)
+
+
+def test_prefix_cache_takes_the_longest_extended_prefix_and_stays_within_its_token_bound():
+    def prefix(tokens: int) -> CachedPrefix:
+        return CachedPrefix(tokens, [(torch.arange(tokens, dtype=torch.float32)[None, :, None],) * 2])
+
+    cache = PrefixCache(max_tokens=10)
+    cache.put([1, 2], prefix(2))
+    cache.put([1, 2, 3, 4], prefix(4))
+    assert cache.take([7, 1, 2, 3]) is None
+    taken = cache.take([1, 2, 3, 4, 5])
+    assert taken.token_count == 4 and len(cache) == 1  # taken entries leave the cache
+    cache.put([1, 2, 3, 4], prefix(4))
+    exact = cache.take([1, 2, 3, 4])  # the same prompt again: reuse all but its last token
+    assert exact.token_count == 3 and exact.kv[0][0].shape[1] == 3
+    cache.put([5, 6, 7, 8, 9], prefix(5))
+    cache.put([6, 7, 8, 9, 10, 11], prefix(6))  # 2 + 5 + 6 > 10: the oldest entries go
+    assert cache.token_count == 6 and len(cache) == 1
+    cache.put(list(range(11)), prefix(11))  # larger than the whole cache: not stored
+    assert cache.token_count == 6
+
+
+def test_generate_waits_for_room_beyond_max_queued_requests():
+    model = tiny_model()
+    worker_held, release_worker = threading.Event(), threading.Event()
+
+    def hold_worker():
+        worker_held.set()
+        release_worker.wait(BLOCK_TIMEOUT_S)
+
+    on_forward_call(model, 1, hold_worker)
+    engine = CpuEngine(model, max_batch_size=1, max_queued_requests=2)
+
+    async def main():
+        engine.start()
+        try:
+            tasks = [asyncio.create_task(engine.generate([i + 1], SamplingParams(max_new_tokens=3))) for i in range(6)]
+            await asyncio.to_thread(worker_held.wait, BLOCK_TIMEOUT_S)
+            await wait_until(lambda: engine.queue_depth == 3)
+            await asyncio.sleep(0.05)  # time enough for a queue without a bound to take all 6
+            depth_while_held = engine.queue_depth
+            tasks[4].cancel()  # a call held back may give up; the others still get served
+            release_worker.set()
+            return depth_while_held, await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            engine.stop()
+
+    depth_while_held, results = asyncio.run(main())
+    assert depth_while_held == 3  # one running + max_queued_requests waiting
+    assert isinstance(results[4], asyncio.CancelledError)
+    assert [len(r.token_ids) for i, r in enumerate(results) if i != 4] == [3] * 5
+
+
+def test_a_failed_forward_pass_fails_its_requests_and_the_engine_serves_on():
+    model = tiny_model()
+
+    def fail():
+        raise RuntimeError("injected forward failure")
+
+    on_forward_call(model, 3, fail)
+    engine = CpuEngine(model)
+
+    async def main():
+        engine.start()
+        try:
+            failed = await asyncio.gather(*(engine.generate([i + 1, 2], SamplingParams(max_new_tokens=10))
+                                            for i in range(2)), return_exceptions=True)
+            return failed, await engine.generate([3, 4], SamplingParams(max_new_tokens=4))
+        finally:
+            engine.stop()
+
+    failed, later = asyncio.run(main())
+    assert [type(f) for f in failed] == [EngineError, EngineError]
+    assert len(later.token_ids) == 4
+
+
+def test_sampling_follows_the_tempered_distribution_and_reports_its_logprobs():
+    probabilities = torch.tensor([0.1, 0.2, 0.0, 0.3, 0.4])
+    rows = 20000
+    logits = probabilities.log().expand(rows, -1) * 0.5  # temperature 0.5 restores the probabilities
+    token_ids, logprobs = sample_tokens(logits, [0.5] * rows, torch.Generator().manual_seed(0))
+
+    frequencies = torch.bincount(torch.tensor(token_ids), minlength=5).float() / rows
+    torch.testing.assert_close(frequencies, probabilities, atol=0.015, rtol=0)
+    assert frequencies[2] == 0  # a zero-probability token is never drawn
+    torch.testing.assert_close(torch.tensor(logprobs), probabilities.log()[token_ids], atol=1e-5, rtol=0)

@@ -7,7 +7,6 @@ runs under asyncio.run (no pytest-asyncio).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import time
 from typing import Any, Iterator
@@ -20,11 +19,13 @@ from envhub.client import EnvClient, EnvClientError
 from envhub.config import EnvhubConfig
 from envhub.conformance import ConformanceError, check_env
 from envhub.envs.keydoor import KeyDoorEnv
-from envhub.main import EnvhubServer, parse_config
+from envhub.main import parse_config
 from envhub.sessions import SessionGoneError, SessionLimitError, SessionTable, UnknownSessionError
+from tests.servers import running_hub
 
 # Taken before the deliberately broken test envs below are registered.
-BUILTIN_ENV_IDS = [env_spec.id for env_spec in registry.list_specs()]
+# agentgym-v0 needs a remote server's url; tests/test_env_agentgym.py checks it against one.
+BUILTIN_ENV_IDS = [env_spec.id for env_spec in registry.list_specs() if env_spec.id != "agentgym-v0"]
 HINT_PATTERN = re.compile(r"key jingles in the (\w+)")
 
 
@@ -88,16 +89,6 @@ def _register_test_envs() -> None:
 
 
 _register_test_envs()
-
-
-@contextlib.contextmanager
-def running_hub(cfg: EnvhubConfig) -> Iterator[str]:
-    server = EnvhubServer(cfg)
-    server.start_in_thread()
-    try:
-        yield server.base_url
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,21 @@
-"""Losses: token logprobs, entropy, and decoupled PPO with truncated importance sampling."""
+"""Losses: logprobs, entropy, decoupled PPO with truncated IS, sequence masking, KL, value, aggregation."""
 
 import math
 
 import pytest
 import torch
 
-from learner.losses import entropy_from_logits, masked_mean, ppo_clip_loss, token_logprobs
+from learner.losses import (
+    aggregate_loss,
+    entropy_from_logits,
+    geometric_mean_ratio,
+    kl_to_reference,
+    masked_mean,
+    ppo_clip_loss,
+    sequence_keep_mask,
+    token_logprobs,
+    value_loss,
+)
 
 LN3 = math.log(3.0)
 
@@ -137,3 +147,115 @@ def test_loss_arguments_are_validated():
         ppo_clip_loss(x, x, x, torch.zeros(1, 3), x, 0.2, 2.0)
     with pytest.raises(ValueError, match="is_cap"):
         ppo_clip_loss(x, x, x, x, x, 0.2, 0.0)
+
+
+NAN = float("nan")
+
+
+def test_aggregation_modes_hand_computed():
+    per_token = torch.tensor([[1.0, 2.0, 3.0, NAN], [10.0, 0.0, 0.0, 0.0], [NAN, NAN, NAN, NAN]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    assert aggregate_loss(per_token, mask, "token-mean").item() == pytest.approx(16 / 4)
+    # episode means 2 and 10; the episode without tokens does not count
+    assert aggregate_loss(per_token, mask, "seq-mean-token-mean").item() == pytest.approx(6.0)
+    # token sum over B * T = 3 * 4 padded positions
+    assert aggregate_loss(per_token, mask, "seq-mean-token-sum-norm").item() == pytest.approx(16 / 12)
+    with pytest.raises(ValueError, match="token-mean"):
+        aggregate_loss(per_token, mask, "sum")
+
+
+def test_seq_mean_aggregation_weighs_episodes_not_tokens_in_the_gradient():
+    logprobs = torch.zeros(2, 4, requires_grad=True)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]])
+    loss, _ = ppo_clip_loss(logprobs, logprobs.detach(), logprobs.detach(), torch.ones(2, 4), mask,
+                            clip_eps=0.2, is_cap=2.0, loss_agg="seq-mean-token-mean")
+    loss.backward()
+    # each episode has weight 1/2, spread over its own tokens
+    assert torch.allclose(logprobs.grad, -torch.tensor([[1 / 8] * 4, [1 / 2, 0, 0, 0]]))
+
+
+def test_classic_ppo_clips_against_the_behavior_policy():
+    behavior = torch.tensor([[-1.0, -2.0]])
+    logprobs = (behavior + torch.log(torch.tensor([[1.5, 0.5]]))).requires_grad_(True)
+    loss, stats = ppo_clip_loss(logprobs, behavior, behavior, torch.ones(1, 2), torch.ones(1, 2),
+                                clip_eps=0.2, is_cap=2.0)
+    loss.backward()
+    # r = pi / mu = 1.5 (clipped to 1.2, no gradient) and 0.5 (unclipped); no separate weight
+    assert loss.item() == pytest.approx(-(1.2 + 0.5) / 2)
+    assert torch.allclose(logprobs.grad, torch.tensor([[0.0, -0.5 / 2]]))
+    assert stats["is_weight_mean"] == 1.0 and stats["clip_frac"] == 0.5
+
+
+def _ratio_rows():
+    """Per-token log(prox / behavior) of four episodes; row 3 has no assistant token."""
+    log_ratio = torch.tensor([[0.1, 0.3, 0.0, 0.0], [-1.0, -1.0, -1.0, 0.0],
+                              [2.0, 0.0, 0.0, 0.0], [5.0, 5.0, 5.0, 5.0]])
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    behavior = torch.full((4, 4), -2.0)
+    return behavior + log_ratio, behavior, mask
+
+
+def test_geometric_mean_ratio_is_length_normalized():
+    proximal, behavior, mask = _ratio_rows()
+    ratio = geometric_mean_ratio(proximal, behavior, mask)
+    assert torch.allclose(ratio, torch.tensor([math.exp(0.2), math.exp(-1.0), math.exp(0.5), 1.0]))
+    # 40 tokens each 5% more likely: a product ratio of e^2, but a geometric mean of e^0.05
+    long_row = geometric_mean_ratio(torch.full((1, 40), 0.05), torch.zeros(1, 40), torch.ones(1, 40))
+    assert long_row.item() == pytest.approx(math.exp(0.05))
+
+
+def test_sequence_mask_drops_whole_episodes_outside_the_bounds():
+    proximal, behavior, mask = _ratio_rows()
+    keep, stats = sequence_keep_mask(proximal, behavior, mask, low=0.5, high=1.5)
+    assert keep.tolist() == [True, False, False, True]
+    assert stats["seq_masked_frac"] == pytest.approx(2 / 3)  # of the 3 episodes with tokens
+    keep_high_only, _ = sequence_keep_mask(proximal, behavior, mask, low=0.0, high=1.5)
+    assert keep_high_only.tolist() == [True, True, False, True]
+    keep_all, stats_off = sequence_keep_mask(proximal, behavior, mask, low=0.0, high=0.0)
+    assert keep_all.all() and stats_off["seq_masked_frac"] == 0.0
+    with pytest.raises(ValueError, match="low < high"):
+        sequence_keep_mask(proximal, behavior, mask, low=1.5, high=0.5)
+
+
+def test_kl_estimators_hand_computed_with_gradient():
+    logprobs = torch.tensor([[math.log(0.5), 3.0]], requires_grad=True)
+    reference = torch.tensor([[math.log(0.25), NAN]])
+    mask = torch.tensor([[1, 0]])
+    k1 = kl_to_reference(logprobs, reference, mask, "k1")
+    assert torch.allclose(k1, torch.tensor([[math.log(2.0), 0.0]]))
+    k3 = kl_to_reference(logprobs, reference, mask, "k3")
+    assert torch.allclose(k3, torch.tensor([[0.5 - 1 - math.log(0.5), 0.0]]))  # q = ref / pi = 0.5
+    k3.sum().backward()
+    assert torch.allclose(logprobs.grad, torch.tensor([[1 - 0.5, 0.0]]))  # d/dlogp = 1 - q
+    with pytest.raises(ValueError, match="k1, k3"):
+        kl_to_reference(logprobs, reference, mask, "k2")
+
+
+def test_k3_is_unbiased_nonnegative_and_lower_variance_than_k1():
+    pi = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    ref = torch.tensor([0.25, 0.25, 0.25, 0.25])
+    exact = float((pi * (pi / ref).log()).sum())
+    actions = torch.multinomial(pi, 20_000, replacement=True, generator=torch.Generator().manual_seed(0))
+    logp, ref_logp, mask = pi.log()[actions][None], ref.log()[actions][None], torch.ones(1, 20_000)
+    k1 = kl_to_reference(logp, ref_logp, mask, "k1")
+    k3 = kl_to_reference(logp, ref_logp, mask, "k3")
+    assert k1.mean().item() == pytest.approx(exact, abs=0.01)
+    assert k3.mean().item() == pytest.approx(exact, abs=0.01)
+    assert bool((k3 >= 0).all()) and not bool((k1 >= 0).all())
+    assert k3.var().item() < 0.5 * k1.var().item()
+
+
+def test_value_loss_clipped_hand_computed():
+    values = torch.tensor([[1.0, 0.0, NAN]], requires_grad=True)
+    old_values = torch.tensor([[0.5, 0.0, NAN]])
+    returns = torch.tensor([[2.0, 1.0, NAN]])
+    mask = torch.tensor([[1, 1, 0]])
+    loss, stats = value_loss(values, old_values, returns, mask, clip_eps=0.2)
+    loss.backward()
+    # token 0: unclipped (1 - 2)^2 = 1, clipped (0.7 - 2)^2 = 1.69 -> 1.69; token 1: 1
+    assert loss.item() == pytest.approx(0.5 * (1.69 + 1.0) / 2)
+    # token 0 moved past the clip range: the clipped term wins and passes no gradient
+    assert torch.allclose(values.grad, torch.tensor([[0.0, -0.5, 0.0]]))
+    assert stats["value_clip_frac"] == 0.5 and stats["value_error"] == pytest.approx(1.0)
+    unclipped, _ = value_loss(values.detach(), old_values, returns, mask, clip_eps=0.0)
+    assert unclipped.item() == pytest.approx(0.5 * (1.0 + 1.0) / 2)

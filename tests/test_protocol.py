@@ -1,17 +1,19 @@
 """Wire protocol: round trips, and malformed or truncated messages rejected with ProtocolError."""
 
+import dataclasses
+
 import msgpack
 import numpy as np
 import pytest
 
 from common import protocol
-from common.protocol import (ActorStats, Control, LeaseRequest, ProtocolError, TaskLease, TensorSlot,
+from common.protocol import (ActorStats, Control, GroupJoin, LeaseRequest, ProtocolError, TaskLease, TensorSlot,
                              Trajectory, WeightsAnnounce, decode, encode)
 
 
 def make_trajectory(n=7) -> Trajectory:
     return Trajectory(
-        lease_id="g1-r0", group_id="g1", env_id="keydoor-v0", task_id="3", actor_id=1, episode_index=2,
+        lease_id="g1-r0", group_id="g1", env_id="keydoor-v0", task_id="3", actor_id=1, episode_index=2, group_size=4,
         token_ids=np.arange(n, dtype=np.int32), loss_mask=(np.arange(n) % 2).astype(np.uint8),
         behavior_logprobs=np.linspace(-3, 0, n, dtype=np.float32), token_versions=np.full(n, 4, np.int32),
         turn_spans=np.array([[1, 3], [5, 7]], np.int32), reward=1.0, success=True, terminated=True,
@@ -40,6 +42,8 @@ def test_arrays_travel_as_raw_bytes_not_lists():
     TaskLease("l", "g", "keydoor-v0", "1", 7, 4, 3, 1024, 2, 1.5e9),
     WeightsAnnounce(3, [128], [TensorSlot("w", [2, 3], "bfloat16", 0, 0, 12)]),
     Control(command="set_turn_cap", turn_cap=6),
+    Control(command="regroup", generation=3, members=[0, 2]),
+    GroupJoin(actor_id=2, weight_version=7),
     ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {"env_error": 1}),
 ])
 def test_every_message_round_trips(message):
@@ -75,6 +79,7 @@ def _body(**changes):
     (_envelope(_body(token_ids={"dtype": "<f8", "shape": [7], "data": b"\0" * 56})), "dtype"),
     (_envelope(_body(token_ids={"dtype": "<i4", "shape": [7], "data": b"\0" * 27})), "bytes of data"),
     (_envelope(_body(num_turns=True)), "num_turns"),
+    (_envelope(_body(purpose="test")), "purpose"),
 ])
 def test_malformed_messages_raise_protocol_error(data, fragment):
     with pytest.raises(ProtocolError, match=fragment):
@@ -89,3 +94,19 @@ def test_expected_type_is_enforced():
 def test_encode_refuses_non_messages():
     with pytest.raises(ProtocolError):
         encode({"type": "Trajectory"})
+
+
+def test_purpose_travels_from_lease_to_trajectory_and_defaults_to_train():
+    lease = TaskLease("e0-r0", "e0", "keydoor-v0", "10000", 7, 2, 3, 1024, 2, 1.5e9, purpose="eval")
+    assert decode(encode(lease), TaskLease).purpose == "eval"
+    assert TaskLease("l", "g", "keydoor-v0", "1", 7, 4, 3, 1024, 2, 1.5e9).purpose == "train"
+    assert make_trajectory().purpose == "train"
+    evaluated = decode(encode(dataclasses.replace(make_trajectory(), purpose="eval")), Trajectory)
+    assert evaluated.purpose == "eval"
+
+
+def test_a_field_with_a_default_may_be_absent_for_older_senders():
+    body = msgpack.unpackb(encode(make_trajectory()))["body"]
+    del body["purpose"], body["env_info"]
+    decoded = decode(_envelope(body))
+    assert decoded.purpose == "train" and decoded.env_info == {}

@@ -252,3 +252,70 @@ def test_misuse_is_reported():
         sampler.set_version(2)
     with pytest.raises(ValueError, match="without tasks"):
         TaskSampler({"e": []}, 4, 2, 1, 10.0, 512, seed=0)
+
+
+# ---------------------------------------------------------------------------- eval leases
+
+
+def test_eval_leases_bypass_admission_and_go_before_new_draws_but_after_reissues():
+    clock = FakeClock()
+    sampler = make_sampler(clock, groups_per_step=1, max_policy_lag=0)
+    train = sampler.issue()
+    assert sampler.issue() is None  # the staleness bound is reached
+    clock.now += 10.0  # the training lease expires: its re-issue is owed first
+    eval_ids = sampler.schedule_eval([("keydoor-v0", "k1"), ("maze-v0", "m2")], group_size=3)
+    leases = [sampler.issue() for _ in range(3)]
+    assert leases[0].group_id == train.group_id and leases[0].purpose == "train"
+    assert [lease.group_id for lease in leases[1:]] == eval_ids
+    assert {(lease.purpose, lease.group_size) for lease in leases[1:]} == {("eval", 3)}
+    assert [(lease.env_id, lease.task_id) for lease in leases[1:]] == [("keydoor-v0", "k1"), ("maze-v0", "m2")]
+    assert sampler.issue() is None  # still no new training draw: admission unchanged by eval
+    assert sampler.admitted() == 1
+    ledger = sampler.ledger()
+    assert (ledger["eval_scheduled"], ledger["eval_issued"], ledger["eval_outstanding"]) == (2, 2, 2)
+    assert ledger["drawn"] == 1 and ledger["issued"] == 2  # eval leases are not training draws
+    sampler.check_ledger()
+
+
+def test_eval_leases_carry_current_cap_and_version_and_a_fixed_seed_per_task():
+    sampler = make_sampler()
+    sampler.set_version(3)
+    sampler.set_turn_cap(6)
+    first = [sampler.issue() for _ in sampler.schedule_eval([("keydoor-v0", "k1")] * 2, group_size=2)]
+    assert {(lease.turn_cap, lease.policy_version) for lease in first} == {(6, 3)}
+    later = make_sampler(seed=99)  # another run, another round: the same env seed for the task
+    [lease] = [later.issue() for _ in later.schedule_eval([("keydoor-v0", "k1")], group_size=2)]
+    assert first[0].seed == first[1].seed == lease.seed
+
+
+def test_expired_eval_lease_is_reissued_and_late_results_are_discarded_and_counted():
+    clock = FakeClock()
+    sampler = make_sampler(clock)
+    [group_id] = sampler.schedule_eval([("maze-v0", "m0")], group_size=2)
+    original = sampler.issue()
+    clock.now += 10.0
+    reissue = sampler.issue()
+    assert (reissue.group_id, reissue.purpose, reissue.task_id) == (group_id, "eval", "m0")
+    assert reissue.lease_id != original.lease_id
+    assert not sampler.complete(original.lease_id)
+    assert sampler.complete(reissue.lease_id)
+    assert not sampler.complete(reissue.lease_id)
+    ledger = sampler.ledger()
+    assert {k: ledger[k] for k in ("eval_issued", "eval_reissued", "eval_expired", "eval_completed",
+                                   "eval_discarded")} == {"eval_issued": 2, "eval_reissued": 1, "eval_expired": 1,
+                                                          "eval_completed": 1, "eval_discarded": 2}
+    assert (ledger["late"], ledger["duplicate"], ledger["completed"]) == (0, 0, 0)  # training untouched
+    with pytest.raises(LedgerError, match="not a completed group"):
+        sampler.release(group_id)  # eval groups hold no admission slot to free
+    sampler.check_ledger()
+
+
+def test_eval_groups_are_not_checkpointed_and_need_known_envs():
+    sampler = make_sampler()
+    sampler.schedule_eval([("keydoor-v0", "k0")], group_size=2)
+    sampler.issue()
+    restored = make_sampler()
+    restored.load_state_dict(json.loads(json.dumps(sampler.state_dict())))
+    assert "eval_scheduled" not in restored.ledger() and restored.issue().purpose == "train"
+    with pytest.raises(ValueError, match="not sampled here"):
+        sampler.schedule_eval([("other-v0", "1")], group_size=2)

@@ -1,27 +1,40 @@
-"""Bucketed weight broadcast over a real gloo group between two real processes."""
+"""Bucketed weight broadcast over real gloo groups between real processes, failures included."""
 
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 from common import protocol
-from common.weight_sync import WeightBroadcaster, pack_bucket, plan_buckets, unpack_bucket
+from common.weight_sync import BroadcastFailed, WeightBroadcaster, pack_bucket, plan_buckets, unpack_bucket
 
 REPO = Path(__file__).resolve().parents[1]
 
 RECEIVER = """
-import sys
+import os, sys
+import torch
 from safetensors.torch import save_file
 from common import protocol
-from common.weight_sync import WeightReceiver
-address, out = sys.argv[1], sys.argv[2]
-receiver = WeightReceiver(address, rank=1, world_size=2, timeout_s=30)
-receiver.connect()
+from common.weight_sync import BroadcastFailed, WeightReceiver, _broadcast
+address, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+receiver = WeightReceiver(address, timeout_s=3)
+if mode == "after-failed-generation":
+    try:
+        receiver.join(1, rank=1, world_size=3)  # a member that never comes: this generation fails
+    except BroadcastFailed:
+        pass
+    receiver.join(2, rank=1, world_size=2)
+else:
+    receiver.join(1, rank=1, world_size=2)
 announce = protocol.decode(sys.stdin.buffer.read(), protocol.WeightsAnnounce)
+if mode == "die-mid-broadcast":
+    _broadcast(receiver._group, torch.empty(announce.bucket_nbytes[0], dtype=torch.uint8))
+    os._exit(1)  # killed after the first bucket
 save_file(receiver.receive(announce), out)
 """
 
@@ -38,11 +51,21 @@ def sample_tensors():
     }
 
 
+def start_receiver(sender: WeightBroadcaster, out: Path, mode: str = "plain") -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo"}
+    return subprocess.Popen([sys.executable, "-c", RECEIVER, sender.address, str(out), mode],
+                            stdin=subprocess.PIPE, env=env, cwd=REPO)
+
+
+def send_announce(proc: subprocess.Popen, announce) -> None:
+    proc.stdin.write(protocol.encode(announce))
+    proc.stdin.close()
+
+
 def test_plan_and_pack_round_trip_preserve_dtype_and_values():
     tensors = sample_tensors()
     announce = plan_buckets(tensors.items(), bucket_nbytes=100_000, version=3)
     assert len(announce.bucket_nbytes) >= 3
-    assert all(s.nbytes <= 100_000 or announce.bucket_nbytes[s.bucket] >= s.nbytes for s in announce.slots)
     out = {}
     for bucket in range(len(announce.bucket_nbytes)):
         out.update(unpack_bucket(announce, bucket, pack_bucket(announce, bucket, tensors)))
@@ -52,20 +75,54 @@ def test_plan_and_pack_round_trip_preserve_dtype_and_values():
 
 def test_broadcast_reaches_another_process(tmp_path):
     tensors = sample_tensors()
-    sender = WeightBroadcaster("127.0.0.1", num_actors=1, bucket_nbytes=100_000, timeout_s=30)
-    out = tmp_path / "received.safetensors"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo"}
-    proc = subprocess.Popen([sys.executable, "-c", RECEIVER, sender.address, str(out)],
-                            stdin=subprocess.PIPE, env=env, cwd=REPO)
+    sender = WeightBroadcaster("127.0.0.1", bucket_nbytes=100_000, timeout_s=30)
+    proc = start_receiver(sender, tmp_path / "received.safetensors")
     try:
-        sender.connect()
+        sender.regroup([0])
         announce = sender.plan(tensors, version=1)
-        proc.stdin.write(protocol.encode(announce))
-        proc.stdin.close()
+        send_announce(proc, announce)
         sender.send(announce, tensors)
         assert proc.wait(timeout=60) == 0
     finally:
         proc.kill()
-    received = load_file(out)
+    received = load_file(tmp_path / "received.safetensors")
     for name, tensor in tensors.items():
         assert received[name].dtype == tensor.dtype and torch.equal(received[name], tensor)
+
+
+def test_a_member_that_never_joins_fails_the_generation_within_the_deadline(tmp_path):
+    tensors = sample_tensors()
+    sender = WeightBroadcaster("127.0.0.1", bucket_nbytes=100_000, timeout_s=3)
+    proc = start_receiver(sender, tmp_path / "received.safetensors", "after-failed-generation")
+    try:
+        started = time.monotonic()
+        with pytest.raises(BroadcastFailed):
+            sender.regroup([0, 1])  # actor 1 is dead
+        assert time.monotonic() - started < 30
+        assert not sender.connected and sender.members == []
+        sender.regroup([0])  # the survivor joins the next generation
+        announce = sender.plan(tensors, version=2)
+        assert announce.generation == 2
+        send_announce(proc, announce)
+        sender.send(announce, tensors)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+    assert torch.equal(load_file(tmp_path / "received.safetensors")["big"], tensors["big"])
+
+
+def test_a_receiver_killed_mid_broadcast_never_hangs_the_sender(tmp_path):
+    tensors = {f"w{i}": torch.randn(64, 1024) for i in range(16)}  # 16 buckets of 256 KiB
+    sender = WeightBroadcaster("127.0.0.1", bucket_nbytes=64 * 1024 * 4, timeout_s=3)
+    proc = start_receiver(sender, tmp_path / "never.safetensors", "die-mid-broadcast")
+    try:
+        sender.regroup([0])
+        announce = sender.plan(tensors, version=1)
+        send_announce(proc, announce)
+        started = time.monotonic()
+        with pytest.raises(BroadcastFailed):
+            sender.send(announce, tensors)
+        assert time.monotonic() - started < 30
+        assert not sender.connected
+    finally:
+        proc.kill()

@@ -1,0 +1,76 @@
+"""The one interface every inference engine serves (CPU engine here, vLLM on GPU machines).
+
+Actors and tests see only this: ``generate`` returns the sampled token ids exactly as sampled,
+their behavior logprobs and the policy version that produced each token; ``stage_weights``
+hands over a new policy version, applied at the next safe point between decode steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+class EngineError(RuntimeError):
+    """A request could not be served: the engine stopped or a forward pass failed."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one completion."""
+
+    max_new_tokens: int
+    """Most tokens to generate; reaching it ends the request with finish_reason "length"."""
+    temperature: float = 1.0
+    """Logits are divided by this before softmax; must be > 0 (no greedy mode)."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Sampling one of these ends the request with "stop"; the stop token is kept in the output."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature must be finite and > 0, got {self.temperature!r}")
+        # A list would make the frozen dataclass unhashable; store a tuple whatever was given.
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The sampled completion of one request, aligned token by token."""
+
+    token_ids: list[int]
+    """Sampled token ids, exactly as sampled (never re-tokenized)."""
+    logprobs: list[float]
+    """log p(token) under the tempered sampling distribution softmax(logits / temperature), fp32."""
+    versions: list[int]
+    """Policy version of the weights that produced each token's logits."""
+    finish_reason: str
+    """"stop" (a stop token was sampled) or "length" (max_new_tokens reached)."""
+
+
+class InferenceEngine(Protocol):
+    """What an actor needs from an engine."""
+
+    @property
+    def version(self) -> int:
+        """Policy version of the weights now serving."""
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting or running (for backpressure and ActorStats)."""
+
+    def start(self) -> None:
+        """Start serving."""
+
+    def stop(self) -> None:
+        """Stop; pending requests fail with EngineError."""
+
+    async def generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Generation:
+        """Sample one completion of ``prompt_token_ids``."""
+
+    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        """Thread-safe: full weights of ``version``, applied between two decode steps."""

@@ -1,0 +1,38 @@
+"""Build the inference engine an actor runs: the CPU engine here, vLLM on GPU machines."""
+
+from __future__ import annotations
+
+from transformers import GenerationConfig
+
+from actors.engine import CpuEngine
+from actors.engine_api import InferenceEngine
+from common.config import Config
+from common.models import load_model
+
+
+def build_engine(cfg: Config, model_path: str, actor_id: int, version: int) -> InferenceEngine:
+    """``actors.engine``: ``cpu`` (transformers, batched) or ``vllm`` (needs the vllm extra).
+    ``version`` is the policy version of the weights at ``model_path`` (non-zero on a resume)."""
+    seed = cfg.run.seed + actor_id
+    if cfg.actors.engine == "cpu":
+        return CpuEngine(load_model(model_path, cfg.model.dtype), cfg.actors.max_batch_size, seed=seed,
+                         max_queued_requests=cfg.actors.max_queued_requests,
+                         max_cached_prefix_tokens=cfg.actors.max_cached_prefix_tokens, initial_version=version)
+    from actors.vllm_engine import VllmEngine, VllmEngineConfig  # imports vllm: only when chosen
+
+    config = VllmEngineConfig(model_path=model_path, dtype=cfg.model.dtype, seed=seed,
+                              max_num_seqs=cfg.actors.max_batch_size,
+                              gpu_memory_utilization=cfg.actors.vllm_gpu_memory_utilization)
+    return VllmEngine(config, initial_version=version)
+
+
+def stop_token_ids(tokenizer, model_path: str) -> tuple[int, ...]:
+    """Every id that ends a turn: the tokenizer's eos and the model's generation-config eos ids
+    (instruct models often have several; both engines stop exactly on what they are given)."""
+    ids = {tokenizer.eos_token_id}
+    try:
+        eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+    except OSError:  # no generation_config.json
+        eos = None
+    ids.update(eos if isinstance(eos, list) else [eos])
+    return tuple(sorted(i for i in ids if i is not None))

@@ -1,0 +1,71 @@
+"""The recorded trajectory stream: ``<run>/trajectories/*.msgpack``, replayable into the learner.
+
+Each record is one wire frame exactly as received, prefixed by its length (uint32, little
+endian), so a run killed in the middle of a write leaves at most one torn record at the end:
+readers stop before it and a resumed run cuts it off before appending.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from common import protocol
+
+log = logging.getLogger(__name__)
+_LENGTH = struct.Struct("<I")
+
+
+class Recorder:
+    """Appends frames to one stream file; every record is flushed to the OS as it is written."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _cut_torn_tail(path)
+        self._file = open(path, "ab")
+
+    def write(self, frame: bytes) -> None:
+        self._file.write(_LENGTH.pack(len(frame)) + frame)
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_frames(path: Path) -> Iterator[bytes]:
+    """Every complete frame of a stream file, in order."""
+    with open(path, "rb") as f:
+        while header := f.read(_LENGTH.size):
+            if len(header) < _LENGTH.size:
+                break
+            (length,) = _LENGTH.unpack(header)
+            frame = f.read(length)
+            if len(frame) < length:
+                log.warning("%s: torn last record ignored", path)
+                break
+            yield frame
+
+
+def read_messages(path: Path) -> Iterator[Any]:
+    """Decoded protocol messages of a stream file (a malformed record raises ProtocolError)."""
+    for frame in read_frames(path):
+        yield protocol.decode(frame)
+
+
+def _cut_torn_tail(path: Path) -> None:
+    if not path.exists():
+        return
+    complete = 0
+    with open(path, "rb") as f:
+        while header := f.read(_LENGTH.size):
+            (length,) = _LENGTH.unpack(header) if len(header) == _LENGTH.size else (None,)
+            if length is None or len(f.read(length)) < length:
+                break
+            complete = f.tell()
+    if complete < path.stat().st_size:
+        log.warning("%s: cutting a torn last record (%d bytes)", path, path.stat().st_size - complete)
+        with open(path, "r+b") as f:
+            f.truncate(complete)

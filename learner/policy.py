@@ -1,0 +1,66 @@
+"""The sharded policy every learner rank holds: trainer, weights for the actors, checkpoints.
+
+Rank 0 and the followers call the same methods in the same order; each method that is a
+collective over the learner group says so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from common.config import Config
+from learner.batching import Batch
+from learner.checkpoint import save_checkpoint
+from learner.distributed import mean_over_ranks, world
+from learner.model import full_parameters
+from learner.train_step import Trainer
+
+
+class ShardedPolicy:
+    def __init__(self, cfg: Config, model_path: str):
+        self.cfg, self.model_path = cfg, model_path
+        self.trainer = Trainer.build(model_path, cfg.model.dtype, cfg.learner, cfg.rollout.temperature)
+        self.model, self.optimizer = self.trainer.policy, self.trainer.optimizer
+
+    def train(self, batch: Batch) -> dict[str, float]:
+        """Optimizer step(s) on the whole batch, the same on every rank (collective); each rank
+        trains on its own rows and the update equals the one-rank update."""
+        return mean_over_ranks(self.trainer.step(batch))
+
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        """Unsharded weights (collective)."""
+        return full_parameters(self.model)
+
+    def save(self, run_dir: Path, step: int, loop_state: dict) -> Path:
+        """A checkpoint folder (collective); rank 0 adds loop state, ``hf/`` and ``COMPLETE``."""
+        return save_checkpoint(run_dir, step, self._modules(), loop_state, self.model_path)
+
+    def load(self, folder: Path) -> dict:
+        """Restore every module, optimizer and the RNG from ``folder`` (collective); returns the loop state."""
+        modules = self._modules()
+        state = {name: _state_of(*pair) for name, pair in modules.items()}
+        dcp.load(state, checkpoint_id=str(folder / "state"))
+        for name, (module, optimizer) in modules.items():
+            set_state_dict(module, optimizer, model_state_dict=state[name]["model"],
+                           optim_state_dict=state[name]["optim"])
+        rng_file = folder / f"rng_rank{world()[0]}.pt"
+        if rng_file.exists():
+            torch.set_rng_state(torch.load(rng_file))
+        return json.loads((folder / "loop.json").read_text())
+
+    def _modules(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:
+        """What a checkpoint holds: the policy and, with GAE, the critic (each with its optimizer)."""
+        modules = {"policy": (self.model, self.optimizer)}
+        if self.trainer.critic is not None:
+            modules["critic"] = (self.trainer.critic.model, self.trainer.critic.optimizer)
+        return modules
+
+
+def _state_of(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    model_sd, optim_sd = get_state_dict(module, optimizer)
+    return {"model": model_sd, "optim": optim_sd}

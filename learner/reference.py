@@ -1,0 +1,29 @@
+"""The frozen reference policy for the KL penalty: a copy of the initial policy.
+
+Built only when ``learner.algorithm.kl_coef > 0``. Loaded from the policy's original path (so a
+resumed run still measures the KL to the *initial* policy), sharded with FSDP2 like the policy,
+in eval mode with every parameter frozen; its logprobs are always computed without gradients.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from learner.losses import token_logprobs
+from learner.model import load_sharded_model
+
+
+def load_reference_model(path: str, dtype: str) -> torch.nn.Module:
+    """The HF model at ``path``, sharded, frozen and in eval mode."""
+    model = load_sharded_model(path, dtype)
+    model.requires_grad_(False)
+    return model.eval()
+
+
+@torch.no_grad()
+def reference_logprobs(
+    model: torch.nn.Module, token_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """[B, T] float32 logprobs of ``token_ids`` under the reference, at the sampling temperature."""
+    logits = model(input_ids=token_ids, attention_mask=attention_mask).logits
+    return token_logprobs(logits, token_ids, temperature)

@@ -1,0 +1,310 @@
+"""One actor's throughput: episode machinery, tiny-model episodes by concurrency, weight broadcast.
+
+Not a test: it prints one table of figures, each as a ratio against a baseline measured in
+the same run, and asserts nothing.
+
+(a) Episode machinery: ``actors.episode.run_episode`` (chat-token buffer, action decoding,
+    envhub client) with ``ScriptedEngine``, a zero-cost policy double, against keydoor-v0
+    on a real envhub server over HTTP, at 1, 8 and 64 concurrent episodes: turns/s, as a
+    ratio of the bare rate of the same step calls made directly with ``EnvClient`` at the
+    same concurrency (goal >= 0.5).
+(b) The same episodes with the tiny model in the ``CpuEngine`` (continuous batching, prefix
+    reuse): generated tokens/s at 1, 8 and 64 concurrent episodes, as a ratio of 1 at a time
+    (goal >= 4x at 64).
+(c) Weight broadcast of the tiny model's parameters between two processes over gloo:
+    ``WeightBroadcaster``/``WeightReceiver`` (bucketed, measured on the receiver until the
+    tensors are unpacked) against one raw ``ProcessGroupGloo.broadcast`` of the same bytes
+    (goal >= 0.8) and against a plain memory copy (``torch.clone``) of the same bytes.
+
+    .venv/bin/python -m tests.bench.actor_bench [--quick] [--torch-threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from actors.engine import CpuEngine
+from actors.engine_api import Generation, SamplingParams
+from actors.episode import EpisodeDeps, run_episode
+from common.models import load_model, load_tokenizer, resolve_model
+from common.paths import default_cache_dir
+from common.protocol import TaskLease
+from common.weight_sync import WeightBroadcaster, WeightReceiver, plan_buckets
+from envhub.client import EnvClient
+from tests.bench.envhub_bench import REPO, start_server
+
+ENV_ID = "keydoor-v0"
+CONCURRENCY_LEVELS = (1, 8, 64)
+SCRIPTED_ACTION = "look"
+"""Not a keydoor command: every step answers "Unknown action", so episodes run to the turn cap."""
+BUCKET_NBYTES = 16 * 2**20
+"""The learner's default ``bucket_mb``."""
+TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class BenchSizes:
+    """How much work each part does (``--quick`` shrinks it)."""
+
+    scripted_turn_cap: int
+    """Turns per scripted episode (a)."""
+    scripted_turns_per_level: int
+    """Turns (and bare steps) at least, per concurrency level (a); slots run episodes back to back."""
+    model_turn_cap: int
+    """Turns per tiny-model episode (b)."""
+    model_new_tokens: int
+    """max_new_tokens per turn (b); the random tiny model rarely samples its eos."""
+    model_episodes_per_level: int
+    """Episodes at least, per concurrency level (b); slots run episodes back to back."""
+    broadcast_rounds: int
+    """Timed rounds per broadcast kind (c); the median counts."""
+
+
+QUICK = BenchSizes(8, 256, 6, 16, 4, 5)
+FULL = BenchSizes(16, 2048, 8, 32, 128, 20)
+
+
+class ScriptedEngine:
+    """Test double of the InferenceEngine protocol: answers every request at once with one action."""
+
+    def __init__(self, action_token_ids: list[int]):
+        self._generation = Generation(list(action_token_ids), [0.0] * len(action_token_ids),
+                                      [0] * len(action_token_ids), "stop")
+        self.version = 0
+        self.queue_depth = 0
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    async def generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Generation:
+        return self._generation
+
+    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+        self.version = version
+
+
+def lease(index: int, turn_cap: int) -> TaskLease:
+    return TaskLease(lease_id=f"bench-{index}", group_id=f"bench-{index}", env_id=ENV_ID, task_id=str(index % 1000),
+                     seed=index, group_size=1, turn_cap=turn_cap, max_episode_tokens=1_000_000, policy_version=0,
+                     deadline_unix_s=time.time() + 3600)
+
+
+async def run_episodes(deps: EpisodeDeps, concurrency: int, episodes_per_slot: int,
+                       turn_cap: int) -> tuple[float, list]:
+    """Run ``concurrency`` slots of back-to-back episodes; return the wall time and the trajectories."""
+
+    async def slot(slot_index: int) -> list:
+        return [await run_episode(lease(slot_index * episodes_per_slot + i, turn_cap), 0, deps)
+                for i in range(episodes_per_slot)]
+
+    started_s = time.perf_counter()
+    per_slot = await asyncio.gather(*(slot(i) for i in range(concurrency)))
+    trajectories = [t for slot_trajectories in per_slot for t in slot_trajectories]
+    bad = [t.error or t.status for t in trajectories if t.status != "ok"]
+    if bad:
+        raise RuntimeError(f"{len(bad)} episodes failed, e.g. {bad[0]}")
+    return time.perf_counter() - started_s, trajectories
+
+
+async def bare_steps_per_s(env: EnvClient, concurrency: int, steps: int) -> float:
+    """Steps/s of ``concurrency`` sessions each stepped ``steps`` times directly (steps timed only)."""
+    sessions = await asyncio.gather(*(env.create(ENV_ID, str(i), i) for i in range(concurrency)))
+
+    async def step_all(session_id: str) -> None:
+        for _ in range(steps):
+            await env.step(session_id, SCRIPTED_ACTION)
+
+    started_s = time.perf_counter()
+    await asyncio.gather(*(step_all(s.session_id) for s in sessions))
+    elapsed_s = time.perf_counter() - started_s
+    await asyncio.gather(*(env.close(s.session_id) for s in sessions))
+    return concurrency * steps / elapsed_s
+
+
+async def part_a(env: EnvClient, tokenizer, sizes: BenchSizes) -> list[tuple]:
+    action_ids = tokenizer.encode(SCRIPTED_ACTION, add_special_tokens=False) + [tokenizer.eos_token_id]
+    deps = EpisodeDeps(0, ScriptedEngine(action_ids), env, tokenizer, SamplingParams(8), None)
+    await run_episodes(deps, 4, 1, 2)  # warm-up: connections, template caches
+    rows = []
+    for concurrency in CONCURRENCY_LEVELS:
+        episodes_per_slot = -(-sizes.scripted_turns_per_level // (concurrency * sizes.scripted_turn_cap))
+        bare = await bare_steps_per_s(env, concurrency, sizes.scripted_turn_cap * episodes_per_slot)
+        wall_s, trajectories = await run_episodes(deps, concurrency, episodes_per_slot, sizes.scripted_turn_cap)
+        turns = sum(t.num_turns for t in trajectories)
+        rows.append(("(a) scripted episodes", f"{concurrency} concurrent", f"{turns / wall_s:8.0f} turns/s",
+                     f"{bare:8.0f} steps/s bare HTTP", turns / wall_s / bare, ">= 0.5"))
+    return rows
+
+
+async def part_b(env: EnvClient, tokenizer, model, sizes: BenchSizes) -> list[tuple]:
+    sampling = SamplingParams(sizes.model_new_tokens, 1.0, (tokenizer.eos_token_id,))
+    engine = CpuEngine(model, max_batch_size=max(CONCURRENCY_LEVELS))
+    engine.start()
+    try:
+        deps = EpisodeDeps(0, engine, env, tokenizer, sampling, None)
+        await run_episodes(deps, 2, 1, 2)  # warm-up
+        rates = {}
+        for concurrency in CONCURRENCY_LEVELS:
+            prefill_before, reused_before, cpu_before = engine.prefill_tokens, engine.reused_tokens, engine.busy_cpu_s
+            episodes_per_slot = -(-sizes.model_episodes_per_level // concurrency)
+            wall_s, trajectories = await run_episodes(deps, concurrency, episodes_per_slot, sizes.model_turn_cap)
+            tokens = sum(int(t.loss_mask.sum()) for t in trajectories)
+            rates[concurrency] = tokens / wall_s
+            prefill = engine.prefill_tokens - prefill_before
+            reused = engine.reused_tokens - reused_before
+            cpu_us = 1e6 * (engine.busy_cpu_s - cpu_before) / tokens
+            rates[(concurrency, "prefix")] = (f"engine CPU {cpu_us:4.0f} us/token; prompt tokens "
+                                              f"prefilled {prefill}, reused {reused}")
+    finally:
+        engine.stop()
+    return [("(b) tiny model episodes", f"{n} concurrent", f"{rates[n]:8.0f} tokens/s",
+             f"x 1 at a time; {rates[(n, 'prefix')]}", rates[n] / rates[1], ">= 4" if n == 64 else "")
+            for n in CONCURRENCY_LEVELS]
+
+
+def weights_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach() for name, p in model.named_parameters()}
+
+
+def raw_group(address: str, rank: int) -> dist.ProcessGroup:
+    host, port = address.rsplit(":", 1)
+    store = dist.TCPStore(host, int(port), 2, is_master=False, timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    return dist.ProcessGroupGloo(dist.PrefixStore("raw", store), rank, 2, datetime.timedelta(seconds=TIMEOUT_S))
+
+
+def raw_broadcast(group: dist.ProcessGroup, buf: torch.Tensor) -> None:
+    options = dist.BroadcastOptions()
+    options.rootRank = 0
+    group.broadcast([buf], options).wait()
+
+
+def receive_weights(weights_address: str, raw_address: str, rounds: int) -> None:
+    """The child process: rank 1 of both groups; prints its timings as one JSON line."""
+    # The sender's first regroup() forms generation 1 of rank 0 (itself) and rank 1 (this process).
+    announce = plan_buckets(weights_of(tiny_model()).items(), BUCKET_NBYTES, version=1)
+    announce = dataclasses.replace(announce, generation=1)
+    receiver = WeightReceiver(weights_address, TIMEOUT_S)
+    receiver.join(generation=1, rank=1, world_size=2)
+    group = raw_group(raw_address, 1)
+    buf = torch.empty(sum(announce.bucket_nbytes), dtype=torch.uint8)
+    bucketed_s, raw_s = [], []
+    for _ in range(rounds + 1):  # the first round warms up
+        group.barrier().wait()
+        started_s = time.perf_counter()
+        receiver.receive(announce)
+        bucketed_s.append(time.perf_counter() - started_s)
+        group.barrier().wait()
+        started_s = time.perf_counter()
+        raw_broadcast(group, buf)
+        raw_s.append(time.perf_counter() - started_s)
+    print(json.dumps({"bucketed_s": bucketed_s[1:], "raw_s": raw_s[1:]}), flush=True)
+
+
+def send_weights(rounds: int) -> dict[str, float]:
+    """Rank 0: start the receiver process, broadcast ``rounds`` times each way; median seconds."""
+    tensors = weights_of(tiny_model())
+    broadcaster = WeightBroadcaster("127.0.0.1", BUCKET_NBYTES, TIMEOUT_S)
+    raw_store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    command = [sys.executable, "-m", "tests.bench.actor_bench", "--receive-weights", broadcaster.address,
+               f"127.0.0.1:{raw_store.port}", "--rounds", str(rounds)]
+    child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        broadcaster.regroup([1])
+        group = dist.ProcessGroupGloo(dist.PrefixStore("raw", raw_store), 0, 2, datetime.timedelta(seconds=TIMEOUT_S))
+        announce = broadcaster.plan(tensors, version=1)
+        buf = torch.zeros(sum(announce.bucket_nbytes), dtype=torch.uint8)
+        for _ in range(rounds + 1):
+            group.barrier().wait()
+            broadcaster.send(announce, tensors)
+            group.barrier().wait()
+            raw_broadcast(group, buf)
+        timings = json.loads(child.communicate(timeout=TIMEOUT_S)[0].strip().splitlines()[-1])
+    finally:
+        child.kill()
+    copy_s = []
+    for _ in range(rounds):
+        started_s = time.perf_counter()
+        buf.clone()
+        copy_s.append(time.perf_counter() - started_s)
+    return {"bytes": buf.numel(), "bucketed_s": statistics.median(timings["bucketed_s"]),
+            "raw_s": statistics.median(timings["raw_s"]), "copy_s": statistics.median(copy_s)}
+
+
+def part_c(sizes: BenchSizes) -> list[tuple]:
+    t = send_weights(sizes.broadcast_rounds)
+    mib = t["bytes"] / 2**20
+
+    def figure(seconds: float) -> str:
+        return f"{1000 * seconds:6.2f} ms {mib / seconds:7.0f} MiB/s"
+
+    return [
+        ("(c) weight broadcast", f"bucketed gloo, {mib:.1f} MiB", figure(t["bucketed_s"]),
+         f"raw broadcast {figure(t['raw_s'])}", t["raw_s"] / t["bucketed_s"], ">= 0.8"),
+        ("", "memory copy (clone)", figure(t["copy_s"]), "x of bucketed", t["copy_s"] / t["bucketed_s"], ""),
+    ]
+
+
+def tiny_model() -> torch.nn.Module:
+    return load_model(resolve_model("tiny", default_cache_dir()), "float32")
+
+
+def print_table(rows: list[tuple]) -> None:
+    header = ("part", "setting", "figure", "baseline", "ratio", "goal")
+    cells = [header] + [(*(str(c) for c in row[:4]), f"{row[4]:.2f}", row[5]) for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
+    for line in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
+
+
+async def parts_a_and_b(url: str, sizes: BenchSizes) -> list[tuple]:
+    path = resolve_model("tiny", default_cache_dir())
+    tokenizer = load_tokenizer(path)
+    async with EnvClient(url, TIMEOUT_S, max_connections=256) as env:
+        rows = await part_a(env, tokenizer, sizes)
+        rows += await part_b(env, tokenizer, load_model(path, "float32"), sizes)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller runs (about a minute)")
+    parser.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (as actors.torch_threads)")
+    parser.add_argument("--receive-weights", nargs=2, metavar=("WEIGHTS_ADDRESS", "RAW_ADDRESS"),
+                        help=argparse.SUPPRESS)  # the broadcast benchmark's child process
+    parser.add_argument("--rounds", type=int, default=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    torch.set_num_threads(args.torch_threads)
+    if args.receive_weights:
+        receive_weights(*args.receive_weights, args.rounds)
+        return
+    sizes = QUICK if args.quick else FULL
+    server, url = start_server([], max_sessions=4 * max(CONCURRENCY_LEVELS))
+    try:
+        rows = asyncio.run(parts_a_and_b(url, sizes))
+    finally:
+        server.terminate()
+        server.wait(30)
+    rows += part_c(sizes)
+    print(f"torch threads {args.torch_threads}, env {ENV_ID}, tiny model float32, "
+          f"{'quick' if args.quick else 'full'} sizes {sizes}")
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,327 @@
+"""train_step / Trainer end to end on a tiny random Qwen2 sharded with FSDP2 (gloo, world size 1)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from safetensors.torch import load_file, save_file
+
+from common.net import free_port
+from common.tiny_model import build_tiny_model
+from learner.batching import Batch
+from learner.config import AlgorithmConfig, LearnerConfig
+from learner.losses import token_logprobs
+from learner.model import full_parameters, init_process_group, load_sharded_model
+from learner.train_step import Trainer, plan_micro_batches, train_step
+
+TEMPERATURE = 1.0
+# Two groups of two episodes: prompt, turn 1, observation, turn 2, final observation, padding.
+LOSS_MASK = torch.tensor([
+    [0, 0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0],
+    [0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1, 0, 0],
+    [0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+    [0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0],
+], dtype=torch.float32)
+LENGTHS = torch.tensor([13, 14, 7, 14])
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    # One intra-op thread, as the learner's default torch_threads: the tiny model gains nothing
+    # from more, and oversubscribed cores make each step many times slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    init_process_group(0, 1, "127.0.0.1", free_port())
+    yield str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+    torch.set_num_threads(threads)
+
+
+def make_cfg(lr: float = 1e-3, learner: dict | None = None, **algorithm) -> LearnerConfig:
+    return LearnerConfig(lr=lr, algorithm=AlgorithmConfig(**algorithm), **(learner or {}))
+
+
+def make_batch(policy, rewards=(1.0, 0.0, 0.0, 1.0), behavior_shift=0.1, seed=0) -> Batch:
+    """Random tokens; behavior logprobs = the policy's own, shifted (a slightly stale actor)."""
+    gen = torch.Generator().manual_seed(seed)
+    token_ids = torch.randint(3, 400, LOSS_MASK.shape, generator=gen)
+    attention_mask = (torch.arange(LOSS_MASK.shape[1])[None, :] < LENGTHS[:, None]).long()
+    token_ids = token_ids * attention_mask
+    with torch.no_grad():
+        own = token_logprobs(policy(input_ids=token_ids, attention_mask=attention_mask).logits, token_ids, TEMPERATURE)
+    return Batch(
+        token_ids=token_ids, attention_mask=attention_mask, loss_mask=LOSS_MASK,
+        behavior_logprobs=(own - behavior_shift) * LOSS_MASK,
+        token_versions=torch.where(LOSS_MASK.bool(), 0, -1), rewards=torch.tensor(rewards),
+        group_index=torch.tensor([0, 0, 1, 1]), episodes=[],
+    )
+
+
+def sequence_logprobs(policy, batch: Batch) -> torch.Tensor:
+    with torch.no_grad():
+        logits = policy(input_ids=batch.token_ids, attention_mask=batch.attention_mask).logits
+    return (token_logprobs(logits, batch.token_ids, TEMPERATURE) * batch.loss_mask).sum(dim=1)
+
+
+def snapshot(module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in full_parameters(module).items()}
+
+
+def changed(before: dict[str, torch.Tensor], module) -> bool:
+    after = full_parameters(module)
+    return any(not torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.parametrize("advantage", ["grpo", "rloo", "reinforce_pp", "gae"])
+def test_each_estimator_trains_policy_and_critic(model_path, advantage):
+    trainer = Trainer.build(model_path, "float32", make_cfg(advantage=advantage), TEMPERATURE)
+    batch = make_batch(trainer.policy)
+    policy_before = snapshot(trainer.policy)
+    critic_before = snapshot(trainer.critic.model) if trainer.critic else None
+    scalars = trainer.step(batch)
+    assert all(math.isfinite(v) for v in scalars.values()), scalars
+    assert {"learner/loss", "learner/pg_loss", "learner/entropy", "learner/clip_frac", "learner/is_weight_mean",
+            "learner/is_weight_max", "learner/seq_masked_frac", "optim/lr", "optim/grad_norm"} <= set(scalars)
+    assert scalars["learner/advantage_abs_mean"] > 0
+    assert changed(policy_before, trainer.policy)
+    if advantage == "gae":
+        assert changed(critic_before, trainer.critic.model)
+        assert {"learner/value_loss", "learner/return_mean", "optim/critic_grad_norm"} <= set(scalars)
+
+
+def test_grpo_step_raises_the_logprob_of_the_better_episode(model_path):
+    policy = load_sharded_model(model_path, "float32")
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-4)
+    batch = make_batch(policy, rewards=(1.0, 0.0, 0.5, 0.5))  # group 1 is all-equal: advantage 0
+    before = sequence_logprobs(policy, batch)
+    scalars = train_step(policy, optimizer, batch, make_cfg(lr=1e-4), TEMPERATURE)
+    delta = sequence_logprobs(policy, batch) - before
+    assert delta[0] > 0 > delta[1]
+    assert scalars["learner/clip_frac"] == 0.0  # one step: the ratio to the pre-update policy is 1
+    assert scalars["learner/is_weight_mean"] == pytest.approx(math.exp(0.1), rel=1e-4)
+
+
+def test_several_passes_anchor_the_trust_region_at_the_pre_update_policy(model_path):
+    cfg = make_cfg(lr=1e-2, clip_eps=0.01, ppo_epochs=2, minibatches=2)
+    trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    scalars = trainer.step(make_batch(trainer.policy))
+    steps = {int(state["step"]) for state in trainer.optimizer.state.values()}
+    assert steps == {4}  # 2 passes x 2 minibatches
+    assert scalars["learner/clip_frac"] > 0  # later steps moved past the fixed anchor and got clipped
+
+
+def test_kl_to_the_frozen_reference_starts_at_zero_and_grows(model_path):
+    trainer = Trainer.build(model_path, "float32", make_cfg(lr=1e-2, kl_coef=0.1, kl_estimator="k3"), TEMPERATURE)
+    reference_before = snapshot(trainer.reference)
+    batch = make_batch(trainer.policy)
+    first = trainer.step(batch)
+    second = trainer.step(batch)
+    assert first["learner/kl"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before step 1
+    assert second["learner/kl"] > 1e-4
+    assert not changed(reference_before, trainer.reference)
+    assert not any(p.requires_grad for p in trainer.reference.parameters())
+
+
+def test_reinforce_pp_with_kl_in_the_reward(model_path):
+    cfg = make_cfg(advantage="reinforce_pp", kl_coef=0.5, kl_estimator="k1", kl_in_reward=True)
+    trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    batch = make_batch(trainer.policy)
+    trainer.step(batch)
+    scalars = trainer.step(batch)  # now the policy differs from the reference
+    assert scalars["learner/kl"] != 0.0 and math.isfinite(scalars["learner/loss"])
+
+
+def test_critic_fits_the_returns(model_path):
+    cfg = make_cfg(lr=1e-5, advantage="gae", critic_lr=1e-3, value_clip=0.0)
+    trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    batch = make_batch(trainer.policy)
+    losses = [trainer.step(batch)["learner/value_loss"] for _ in range(6)]
+    # zero head: 0.5 * mean (0 - R)^2, and 12 of the 22 assistant tokens have R = 1
+    assert losses[0] == pytest.approx(0.5 * 12 / 22)
+    # below 0.5 * var(R) = 0.124, the best constant: the critic tells the episodes apart
+    assert losses[-1] < 0.25 * losses[0]
+
+
+def test_entropy_bonus_raises_entropy(model_path):
+    cfg = make_cfg(lr=1e-3, entropy_coef=1.0)
+    trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    batch = make_batch(trainer.policy, rewards=(1.0, 1.0, 0.0, 0.0))  # all advantages 0
+
+    def entropy() -> float:
+        return trainer.step(batch)["learner/entropy"]
+
+    assert entropy() < entropy()
+
+
+def test_sequence_mask_drops_the_episode_the_actor_sampled_very_differently(model_path):
+    trainer = Trainer.build(model_path, "float32", make_cfg(seq_mask_low=0.5, seq_mask_high=2.0), TEMPERATURE)
+    batch = make_batch(trainer.policy, behavior_shift=0.0)
+    batch.behavior_logprobs[2] -= 1.0 * LOSS_MASK[2]  # geometric-mean ratio e^1 > 2
+    scalars = trainer.step(batch)
+    assert scalars["learner/seq_masked_frac"] == pytest.approx(1 / 4)
+
+
+def test_missing_critic_or_reference_is_a_clear_error(model_path):
+    policy = load_sharded_model(model_path, "float32")
+    optimizer = torch.optim.AdamW(policy.parameters())
+    batch = make_batch(policy)
+    with pytest.raises(ValueError, match="critic"):
+        train_step(policy, optimizer, batch, make_cfg(advantage="gae"), TEMPERATURE)
+    with pytest.raises(ValueError, match="reference"):
+        train_step(policy, optimizer, batch, make_cfg(kl_coef=0.1), TEMPERATURE)
+
+
+def test_algorithm_config_rejects_unknown_choices_and_useless_combinations():
+    with pytest.raises(ValueError, match="advantage must be one of"):
+        AlgorithmConfig(advantage="ppo")
+    with pytest.raises(ValueError, match="kl_in_reward needs a per-token return"):
+        AlgorithmConfig(advantage="grpo", kl_coef=0.1, kl_in_reward=True)
+    with pytest.raises(ValueError, match="seq_mask_high must exceed"):
+        AlgorithmConfig(seq_mask_low=1.5, seq_mask_high=1.2)
+    assert dataclasses.replace(AlgorithmConfig(), advantage="gae").advantage == "gae"
+
+
+# ------------------------------------------------------------------ memory options
+
+# Every loss term and the critic; the sequence mask drops row 2 (see the test above).
+MEMORY_CASE = dict(advantage="gae", kl_coef=0.1, entropy_coef=0.01, seq_mask_low=0.5, seq_mask_high=2.0)
+
+
+def _one_step(model_path: str, learner: dict, loss_agg: str = "token-mean"):
+    trainer = Trainer.build(model_path, "float32", make_cfg(learner=learner, loss_agg=loss_agg, **MEMORY_CASE),
+                            TEMPERATURE)
+    # SGD: an update proportional to the gradient. Adam's first step is about lr * sign(g), which
+    # would hide a mis-scaled gradient and blow float noise on near-zero entries up to lr.
+    trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=0.1)
+    trainer.critic.optimizer = torch.optim.SGD(trainer.critic.model.parameters(), lr=0.1)
+    batch = make_batch(trainer.policy, behavior_shift=0.0)
+    batch.behavior_logprobs[2] -= 1.0 * LOSS_MASK[2]
+    scalars = trainer.step(batch)
+    weights = {**{f"policy.{k}": v for k, v in full_parameters(trainer.policy).items()},
+               **{f"critic.{k}": v for k, v in full_parameters(trainer.critic.model).items()}}
+    return scalars, weights
+
+
+def _assert_same_update(one, other) -> None:
+    (scalars, weights), (other_scalars, other_weights) = one, other
+    assert weights.keys() == other_weights.keys()
+    assert max((weights[k] - other_weights[k]).abs().max().item() for k in weights) < 1e-5
+    assert scalars.keys() == other_scalars.keys()
+    for key, value in scalars.items():
+        assert other_scalars[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+
+
+def test_micro_batch_plan_keeps_to_the_token_budget():
+    lengths = torch.tensor([13, 14, 7, 14, 30, 3])
+    plan = plan_micro_batches(lengths, budget_tokens=28)
+    assert sorted(torch.cat(plan).tolist()) == list(range(6))  # every row exactly once
+    assert [4] in [group.tolist() for group in plan]  # over the budget: alone
+    assert all(len(g) * int(lengths[g].max()) <= 28 for g in plan if len(g) > 1)
+    assert len(plan) == 4  # [30], [14, 14], [13], [7, 3]
+    assert [g.tolist() for g in plan_micro_batches(lengths, 0)] == [list(range(6))]
+
+
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_gradient_accumulation_makes_the_same_update(model_path, loss_agg):
+    assert len(plan_micro_batches(LENGTHS, 20)) == 4  # one row per micro-batch
+    accumulated = _one_step(model_path, {"micro_batch_tokens": 20}, loss_agg)
+    _assert_same_update(_one_step(model_path, {}, loss_agg), accumulated)
+
+
+def _layer_calls_in_one_step(model_path: str, activation_checkpointing: bool) -> tuple[int, int]:
+    """Forward calls of the first decoder layer's MLP of policy and critic in one ``gae`` step
+    (inside the checkpointed layer, so a recompute counts)."""
+    cfg = make_cfg(learner={"activation_checkpointing": activation_checkpointing}, advantage="gae")
+    trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    batch = make_batch(trainer.policy)
+    calls = [0, 0]
+    for i, layers in enumerate((trainer.policy.model.layers, trainer.critic.model.backbone.layers)):
+        mlp = layers[0].mlp
+        # Wrap ``forward`` itself: the recompute skips module hooks.
+        mlp.forward = _counted(mlp.forward, calls, i)
+    trainer.step(batch)
+    return tuple(calls)
+
+
+def _counted(forward, calls: list[int], index: int):
+    def wrapper(*args, **kwargs):
+        calls[index] += 1
+        return forward(*args, **kwargs)
+    return wrapper
+
+
+def test_activation_checkpointing_makes_the_same_update(model_path):
+    plain, checkpointed = _layer_calls_in_one_step(model_path, False), _layer_calls_in_one_step(model_path, True)
+    assert checkpointed == (plain[0] + 1, plain[1] + 1)  # one recompute in each backward
+    _assert_same_update(_one_step(model_path, {}), _one_step(model_path, {"activation_checkpointing": True}))
+
+
+def test_mixed_precision_computes_in_bfloat16_and_keeps_float32_weights(model_path):
+    cfg = make_cfg(learner={"mixed_precision": True}, advantage="gae")
+    trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    batch = make_batch(trainer.policy)
+    with torch.no_grad():
+        logits = trainer.policy(input_ids=batch.token_ids, attention_mask=batch.attention_mask).logits
+    assert logits.dtype == torch.bfloat16
+    policy_before, critic_before = snapshot(trainer.policy), snapshot(trainer.critic.model)
+    scalars = trainer.step(batch)
+    assert all(math.isfinite(v) for v in scalars.values()), scalars
+    assert changed(policy_before, trainer.policy) and changed(critic_before, trainer.critic.model)
+    for module in (trainer.policy, trainer.critic.model):
+        assert {v.dtype for v in full_parameters(module).values()} == {torch.float32}
+
+
+def test_negative_micro_batch_budget_is_a_clear_error():
+    with pytest.raises(ValueError, match="micro_batch_tokens"):
+        LearnerConfig(micro_batch_tokens=-1)
+
+
+# Every feature that crosses ranks: gathered no-grad passes (proximal, reference, critic),
+# batch-wide advantage whitening, global loss denominators (shares of 2, 1 and 1 rows: the
+# ranks' token counts differ in the first, rank 1 has no row in the others).
+DATA_PARALLEL_CASE = dict(advantage="gae", kl_coef=0.1, minibatches=3, seq_mask_low=0.5)
+
+
+def _two_steps(trainer: Trainer) -> dict[str, torch.Tensor]:
+    batch = make_batch(trainer.policy)
+    for _ in range(2):
+        trainer.step(batch)
+    policy = full_parameters(trainer.policy)
+    critic = full_parameters(trainer.critic.model)
+    return {**{f"policy.{k}": v for k, v in policy.items()}, **{f"critic.{k}": v for k, v in critic.items()}}
+
+
+def _data_parallel_cfg(micro_batch_tokens: int) -> LearnerConfig:
+    if not micro_batch_tokens:
+        return make_cfg(**DATA_PARALLEL_CASE)
+    # One share: rank 0 holds rows of 13 and 7 tokens (one micro-batch of 26), rank 1 two of 14
+    # (two micro-batches), so rank 0 must add a stand-in.
+    return make_cfg(learner={"micro_batch_tokens": micro_batch_tokens}, **{**DATA_PARALLEL_CASE, "minibatches": 1})
+
+
+def _train_on_rank(rank: int, world_size: int, port: int, model_path: str, out_file: str,
+                   micro_batch_tokens: int) -> None:
+    torch.set_num_threads(1)
+    init_process_group(rank, world_size, "127.0.0.1", port)
+    cfg = _data_parallel_cfg(micro_batch_tokens)
+    weights = _two_steps(Trainer.build(model_path, "float32", cfg, TEMPERATURE))
+    if rank == 0:
+        save_file({k: v.contiguous() for k, v in weights.items()}, out_file)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two fresh processes importing torch and transformers: ~15 s on 2 cores
+@pytest.mark.parametrize("micro_batch_tokens", [0, 26])
+def test_two_ranks_make_the_same_update_as_one(model_path, tmp_path, micro_batch_tokens):
+    cfg = dataclasses.replace(_data_parallel_cfg(micro_batch_tokens), micro_batch_tokens=0)
+    one = _two_steps(Trainer.build(model_path, "float32", cfg, TEMPERATURE))
+    out_file = str(tmp_path / "two_ranks.safetensors")
+    mp.spawn(_train_on_rank, args=(2, free_port(), model_path, out_file, micro_batch_tokens), nprocs=2, join=True)
+    two = load_file(out_file)
+    assert two.keys() == one.keys()
+    worst = max((one[k] - two[k]).abs().max().item() for k in one)
+    assert worst < 1e-5
