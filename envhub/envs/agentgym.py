@@ -51,7 +51,6 @@ own deadline applies to every call.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import ssl
@@ -62,6 +61,7 @@ import httpx
 
 from envhub.actions import MalformedAction, extract_action
 from envhub.base import Environment, StepResult
+from envhub.options import parse_options
 
 ACTION_FORMATS = ("thought_action", "raw")
 CLOSE_NOT_SUPPORTED = (404, 405)
@@ -148,11 +148,7 @@ class AgentGymOptions:
     @classmethod
     def parse(cls, options: dict[str, Any]) -> AgentGymOptions:
         """Options from a mapping; unknown keys are an error naming the valid ones."""
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise ValueError(f"agentgym: unknown option(s) {unknown}; valid options: {', '.join(valid)}")
-        return cls(**options)
+        return parse_options(cls, options, "agentgym")
 
 
 def _split_range(name: str, bounds: Any) -> range:

@@ -25,7 +25,6 @@ episodes of one envhub process; a reset beyond the cap waits for a JVM within en
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
@@ -33,6 +32,7 @@ from envhub.actions import MalformedAction, extract_action
 from envhub.base import Environment, StepResult
 from envhub.envs.sciworld import task_index
 from envhub.envs.sciworld.jvm_pool import JvmPool, ScienceWorldJvm, get_pool
+from envhub.options import parse_options
 
 Result = TypeVar("Result")
 SIMPLIFICATIONS = ("easy", "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors",
@@ -91,11 +91,7 @@ class SciWorldOptions:
     @classmethod
     def parse(cls, options: dict[str, Any]) -> SciWorldOptions:
         """Options from a mapping; unknown keys are an error naming the valid ones."""
-        valid = [field.name for field in dataclasses.fields(cls)]
-        unknown = sorted(set(options) - set(valid))
-        if unknown:
-            raise ValueError(f"sciworld: unknown option(s) {unknown}; valid options: {', '.join(valid)}")
-        return cls(**options)
+        return parse_options(cls, options, "sciworld")
 
 
 def first_observation(task_description: str, room: str) -> str:
