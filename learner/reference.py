@@ -13,9 +13,10 @@ from learner.losses import token_logprobs
 from learner.model import load_sharded_model
 
 
-def load_reference_model(path: str, dtype: str) -> torch.nn.Module:
-    """The HF model at ``path``, sharded, frozen and in eval mode."""
-    model = load_sharded_model(path, dtype)
+def load_reference_model(path: str, dtype: str, mixed_precision: bool = False) -> torch.nn.Module:
+    """The HF model at ``path``, sharded, frozen and in eval mode; computing in the same precision
+    as the policy, so the KL starts at exactly 0."""
+    model = load_sharded_model(path, dtype, mixed_precision=mixed_precision)
     model.requires_grad_(False)
     return model.eval()
 

@@ -113,7 +113,7 @@ class Trainer:
         optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         critic = (Critic.build(model_path, dtype, alg.critic_lr, cfg.weight_decay, **memory)
                   if alg.advantage == "gae" else None)
-        reference = load_reference_model(model_path, dtype) if alg.kl_coef > 0 else None
+        reference = load_reference_model(model_path, dtype, cfg.mixed_precision) if alg.kl_coef > 0 else None
         return cls(policy, optimizer, cfg, temperature, critic, reference)
 
     def step(self, batch: Batch) -> dict[str, float]:

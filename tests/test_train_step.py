@@ -275,6 +275,13 @@ def test_mixed_precision_computes_in_bfloat16_and_keeps_float32_weights(model_pa
         assert {v.dtype for v in full_parameters(module).values()} == {torch.float32}
 
 
+def test_with_mixed_precision_the_kl_to_the_reference_starts_at_zero(model_path):
+    cfg = make_cfg(learner={"mixed_precision": True}, kl_coef=0.1)
+    trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    scalars = trainer.step(make_batch(trainer.policy))
+    assert abs(scalars["learner/kl"]) < 1e-6, scalars  # policy and reference compute alike
+
+
 def test_negative_micro_batch_budget_is_a_clear_error():
     with pytest.raises(ValueError, match="micro_batch_tokens"):
         LearnerConfig(micro_batch_tokens=-1)
