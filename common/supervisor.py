@@ -53,7 +53,8 @@ class Supervisor:
         self._host = ray.remote(RoleHost)
 
     def __enter__(self) -> "Supervisor":
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
+        # address="local": always a fresh cluster of our own, never one a previous run left behind.
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
                  _node_ip_address="127.0.0.1", runtime_env={"env_vars": self.role_env},
                  configure_logging=False)
         return self

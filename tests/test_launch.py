@@ -29,9 +29,9 @@ def test_a_dying_role_stops_the_run_and_points_at_its_log(tmp_path):
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode == 1, out
     log_path = tmp_path / "bad" / "logs" / "learner-0.log"
-    assert "FAILED: learner-0" in out and str(log_path) in out
-    assert "no-such-env-v0" in out  # the log's last lines name the cause
-    assert "no-such-env-v0" in log_path.read_text()
+    assert "FAILED: learner-0" in out and str(log_path) in out, out
+    assert "no-such-env-v0" in out, out  # the log's last lines name the cause
+    assert "no-such-env-v0" in log_path.read_text(), out
 
 
 def test_ctrl_c_saves_and_shuts_everything_down(tmp_path):
