@@ -2,16 +2,22 @@
 
 1. Resolve the config (YAML + flags + ``--section.key value`` overrides) and write it to
    ``<output_dir>/<run_name>/config.yaml``.
-2. Start Ray locally on 127.0.0.1, then envhub, then the learner (which binds its sockets),
-   then the actors pointed at both.
-3. Print a progress line every few seconds; when a role dies, stop everything and print which
-   role, its log path and the last lines of its log; Ctrl-C shuts everything down cleanly.
+2. Start a fresh Ray cluster on 127.0.0.1, or join a running one (``--ray-address``), compute the
+   placement plan for its nodes (``common/placement.py``) and create its placement groups.
+3. Start the envhub servers, then the learner ranks (rank 0 binds the sockets), then the actors,
+   each pointed at the learner and at its envhub server (round-robin).
+4. Print a progress line every few seconds; restart a dead actor or envhub server; when another
+   role dies, stop everything and print which role, its log path and the last lines of its log;
+   Ctrl-C shuts everything down cleanly.
 
     python launch.py                                   # the default CPU job
     python launch.py --config configs/smoke.yaml       # 90-second smoke run
     python launch.py --actors 4 --learner.lr 3e-4      # flags and overrides
     python launch.py --run-name r1 --resume            # continue runs/r1 from its last checkpoint
+    python launch.py --mode sync                       # the synchronous loop, for comparison
     python launch.py --replay runs/r1/trajectories     # the learner alone, on a recorded stream
+    python launch.py --actors 64 --learner-gpus 8 --dry-run --cluster 9x8gpu,64cpu   # print the plan
+    python launch.py --ray-address auto --actors 64 --learner-gpus 8   # on a `ray start` cluster
 """
 
 from __future__ import annotations
@@ -27,17 +33,17 @@ ROLE_ENV = {
     "PYTHONPATH": str(REPO),
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
-    "GLOO_SOCKET_IFNAME": "lo",
     "OMP_NUM_THREADS": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
+LOCAL_ROLE_ENV = {"GLOO_SOCKET_IFNAME": "lo"}  # one machine: collectives over loopback
 for _key, _value in ROLE_ENV.items():
     os.environ.setdefault(_key, _value)
 
 from common.config import Config, ConfigError, load_config, write_resolved  # noqa: E402
 
 FLAG_TO_KEY = {"actors": "actors.count", "learner_gpus": "learner.num_ranks", "max_steps": "run.max_steps",
-               "output_dir": "run.output_dir", "run_name": "run.run_name"}
+               "output_dir": "run.output_dir", "run_name": "run.run_name", "mode": "run.mode"}
 
 
 def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
@@ -49,11 +55,20 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     parser.add_argument("--max-steps", type=int, help="learner steps")
     parser.add_argument("--output-dir", help="folder holding the run folders")
     parser.add_argument("--run-name", help="name of this run's folder")
+    parser.add_argument("--mode", choices=("async", "sync"), help="async (default) or the synchronous "
+                        "reference loop on the same parts (generate a batch, wait for it, train, broadcast)")
     parser.add_argument("--resume", action="store_true", help="continue --run-name from its latest checkpoint")
     parser.add_argument("--replay", metavar="TRAJECTORIES", help="train on a recorded stream; no actors, no envhub")
+    parser.add_argument("--ray-address", metavar="auto|HOST:PORT",
+                        help="join a running Ray cluster (`ray start --head`) instead of a fresh local one")
+    parser.add_argument("--dry-run", action="store_true", help="print the placement plan and start nothing")
+    parser.add_argument("--cluster", metavar="NODES", help="--dry-run for a described cluster, e.g. 9x8gpu,64cpu "
+                        "or 1x32cpu+8x8gpu,96cpu (default: this machine, or the --ray-address cluster)")
     args, rest = parser.parse_known_args(argv)
     if args.resume and not args.run_name:
         parser.error("--resume needs --run-name: the run folder to continue")
+    if args.cluster and not args.dry_run:
+        parser.error("--cluster describes a cluster for --dry-run; a real run uses Ray's nodes (--ray-address)")
     overrides = list(rest)
     if args.resume:
         overrides += ["--run.resume", "true"]
@@ -68,24 +83,59 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
         parser.error(str(exc))
 
 
-def make_run_dir(cfg: Config) -> Path:
+def run_dir_of(cfg: Config) -> Path:
     name = cfg.run.run_name or time.strftime("run-%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run.output_dir).expanduser().resolve() / name
     if cfg.run.resume and not run_dir.is_dir():
         sys.exit(f"launch: --resume: no run folder {run_dir}")
+    return run_dir
+
+
+def make_run_dir(cfg: Config, run_dir: Path) -> Path:
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     write_resolved(cfg, run_dir / ("config.resumed.yaml" if cfg.run.resume else "config.yaml"))
     return run_dir
 
 
+def dry_run(cfg: Config, args: argparse.Namespace) -> int:
+    """Print the placement plan for ``--cluster``, the ``--ray-address`` cluster or this machine."""
+    from common.placement import PlacementError, format_plan, local_cluster, parse_cluster, plan_placement
+
+    try:
+        if args.cluster:
+            cluster = parse_cluster(args.cluster)
+        else:
+            from common import ray_cluster  # imports Ray only when it has to look at a cluster
+
+            if args.ray_address:
+                cluster = ray_cluster.join(args.ray_address, {})
+            else:
+                cluster = local_cluster(cfg, os.cpu_count() or 1, ray_cluster.gpus_here())
+        print(format_plan(plan_placement(cluster, cfg)))
+    except (PlacementError, ConnectionError) as exc:  # ConnectionError: no Ray cluster at --ray-address
+        print(f"launch: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    cfg, _ = parse_args(argv)
-    run_dir = make_run_dir(cfg)
-    print(f"run folder: {run_dir}\ntensorboard: tensorboard --logdir {run_dir / 'tb'}", flush=True)
+    cfg, args = parse_args(argv)
+    if args.dry_run:
+        return dry_run(cfg, args)
+    run_dir = run_dir_of(cfg)
+    from common.placement import PlacementError
     from common.supervisor import Supervisor  # imports Ray: keep --help fast
 
-    with Supervisor(cfg, run_dir, ROLE_ENV) as supervisor:
-        return supervisor.run()
+    # On a cluster the collectives' interface is the nodes' own business (set it in their environment).
+    role_env = {**ROLE_ENV, **({} if args.ray_address else LOCAL_ROLE_ENV)}
+    try:
+        with Supervisor(cfg, run_dir, role_env, args.ray_address) as supervisor:  # placed: nothing runs yet
+            make_run_dir(cfg, run_dir)
+            print(f"run folder: {run_dir}\ntensorboard: tensorboard --logdir {run_dir / 'tb'}", flush=True)
+            return supervisor.run()
+    except (PlacementError, ConnectionError) as exc:  # ConnectionError: no Ray cluster at --ray-address
+        print(f"launch: {exc}", file=sys.stderr, flush=True)
+        return 2
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ class ActorsConfig:
     """Torch intra-op threads per actor process (CPU engine)."""
     env_timeout_s: float = 30.0
     """HTTP deadline of one envhub call; a miss ends the episode with status ``timeout``."""
+    env_reconnect_s: float = 60.0
+    """How long a new episode waits for an envhub server that refuses connections (one being
+    restarted) before it ends with ``env_error``; running episodes end with ``env_error`` at once."""
     stats_interval_s: float = 5.0
     """How often an actor sends ActorStats to the head."""
     max_restarts: int = 3

@@ -11,7 +11,8 @@ A dedicated worker thread does all torch work so the loop stays responsive. Each
 2. take waiting requests while the batch has free rows (``max_batch_size``); for each, take
    the longest cached prefix of its prompt (``actors.prefix_cache``), prefill only the rest
    (grouped by width, ``actors.decode_batch.prefill``), sample its first token and merge it
-   into the running batch: requests join between decode steps and never wait for a wave;
+   into the running batch: requests join between decode steps and never wait for a wave
+   (while a batch decodes, newcomers gather for at most a few steps to share one prefill);
 3. decode one token for every running row in one forward pass over the shared KV slab
    (``actors.kv_slab``), recording each token's fp32 logprob and policy version;
 4. resolve finished rows at once (stop token or ``max_new_tokens``) and free their rows; a
@@ -43,6 +44,11 @@ from actors.prefix_cache import CachedPrefix, PrefixCache
 __all__ = ["CpuEngine", "EngineError", "Generation", "SamplingParams"]
 
 logger = logging.getLogger(__name__)
+
+_ADMIT_FRACTION = 8
+"""Newcomers are prefilled once at least 1/8 of the running batch waits (or after a few steps)."""
+_MAX_DEFERRED_STEPS = 4
+"""Decode steps a newcomer waits at most for others to share its prefill."""
 
 
 def _settle(request: EngineRequest, result: Generation | None = None, error: BaseException | None = None) -> None:
@@ -108,6 +114,7 @@ class CpuEngine:
         requests re-prefilled after a weight update."""
         self.reused_tokens = 0
         """Prompt tokens whose KV states came from the prefix cache instead of a forward pass."""
+        self._deferred_steps = 0
         self.busy_cpu_s = 0.0
         """CPU seconds the worker thread spent serving (forward passes and bookkeeping, not idle
         waits): per generated token it measures batching efficiency even on a contended machine."""
@@ -282,16 +289,37 @@ class CpuEngine:
                     return None
                 if self._staged is not None:
                     return []
+                if self._defer_admission_locked():
+                    return []
                 newcomers, queued = [], len(self._waiting)
                 while self._waiting and len(self._batch) + len(newcomers) < self._max_batch_size:
                     request = self._waiting.popleft()
                     if not request.cancelled:
                         newcomers.append(request)
                 self._wake_room_waiters_locked(queued - len(self._waiting))
+                self._deferred_steps = 0
                 if newcomers or len(self._batch):
                     self._running_count = len(self._batch) + len(newcomers)
                     return newcomers
                 self._condition.wait()
+
+    def _defer_admission_locked(self) -> bool:
+        """Let a few newcomers gather before a prefill while a batch is decoding.
+
+        A prefill is a forward pass of its own, about as costly as a decode step for a small
+        batch: admitting each newcomer the step it arrives (episodes finish their env steps one
+        by one) would double the forward passes. Waiting while fewer than 1/8 of the running
+        batch wait, for at most ``_MAX_DEFERRED_STEPS`` decode steps, prefills them together.
+        """
+        running, waiting = len(self._batch), len(self._waiting)
+        if not running or not waiting or running + waiting <= 1:
+            return False
+        if waiting * _ADMIT_FRACTION >= running or self._deferred_steps >= _MAX_DEFERRED_STEPS:
+            return False
+        if running >= self._max_batch_size:
+            return False  # no free row: the waiting cannot join anyway, nothing to gather
+        self._deferred_steps += 1
+        return True
 
     @torch.inference_mode()
     def _step(self, newcomers: list[EngineRequest]) -> None:

@@ -8,6 +8,7 @@ budget, or the env's own limit) or on an error; the reason and status travel wit
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -29,6 +30,8 @@ class EpisodeDeps:
     tokenizer: object
     sampling: SamplingParams
     system_prompt: str | None
+    env_reconnect_s: float = 0.0
+    """How long a new episode waits for an envhub server that refuses connections (restarting)."""
 
 
 @dataclass
@@ -54,7 +57,7 @@ async def run_episode(lease: TaskLease, index: int, deps: EpisodeDeps) -> Trajec
     session_id = None
     try:
         t = time.monotonic()
-        session = await deps.env.create(lease.env_id, lease.task_id, lease.seed)
+        session = await _create_session(lease, deps)
         out.timings["env_s"] += time.monotonic() - t
         session_id = session.session_id
         buf.start(session.observation)
@@ -95,6 +98,21 @@ async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sessi
             out.finish_reason = "terminated" if result.terminated else "env_truncated"
             return
         buf.append_observation(result.observation)
+
+
+async def _create_session(lease: TaskLease, deps: EpisodeDeps):
+    """A refused connection reached no server (one being restarted): wait for it, up to
+    ``env_reconnect_s``, instead of failing every new lease at once while it comes back. Any
+    other failure, and every failure of a running episode's step, ends the episode."""
+    deadline_s, delay_s = time.monotonic() + deps.env_reconnect_s, 0.1
+    while True:
+        try:
+            return await deps.env.create(lease.env_id, lease.task_id, lease.seed)
+        except EnvClientError as exc:
+            if not exc.connection_refused or time.monotonic() + delay_s > deadline_s:
+                raise
+        await asyncio.sleep(delay_s)
+        delay_s = min(2 * delay_s, 2.0)
 
 
 def _env_failure_status(exc: EnvClientError) -> str:

@@ -31,7 +31,7 @@ from common import protocol
 from common.config import Config
 from common.models import load_tokenizer
 from common.protocol import ActorStats, Control, LeaseRequest, TaskLease
-from common.transport import Inbox, configure
+from common.transport import Inbox, configure, connect
 from envhub.client import EnvClient
 
 log = logging.getLogger("actor")
@@ -73,12 +73,13 @@ class Actor:
         control.start()
         ctx = zmq.asyncio.Context.instance()
         dealer = configure(ctx.socket(zmq.DEALER))
-        dealer.connect(self.addresses["lease"])
+        connect(dealer, self.addresses["lease"])
         push = configure(ctx.socket(zmq.PUSH))
-        push.connect(self.addresses["trajectories"])
+        connect(push, self.addresses["trajectories"])
         sampling = SamplingParams(cfg.rollout.max_new_tokens, cfg.rollout.temperature, stop_token_ids(tokenizer, path))
         async with EnvClient(self.envhub_url, cfg.actors.env_timeout_s) as env:
-            deps = EpisodeDeps(self.actor_id, engine, env, tokenizer, sampling, cfg.rollout.system_prompt)
+            deps = EpisodeDeps(self.actor_id, engine, env, tokenizer, sampling, cfg.rollout.system_prompt,
+                               cfg.actors.env_reconnect_s)
             tasks = [asyncio.create_task(self._lease_loop(dealer, push, deps)),
                      asyncio.create_task(self._stats_loop(push, engine))]
             await self._stop.wait()
@@ -117,6 +118,8 @@ class Actor:
                         room.release()
                     continue
                 await _hold_one_slot_per_episode(room, lease.group_size - self.cfg.rollout.group_size)
+                if self.cfg.run.mode == "sync":
+                    await _serving_version(deps.engine, lease.policy_version, self.cfg.learner.broadcast_timeout_s)
                 for index in range(lease.group_size):
                     task = asyncio.create_task(self._episode(lease, index, deps, push, room))
                     running.add(task)
@@ -155,6 +158,16 @@ class Actor:
             )
             last_tokens, last_t = self.generated_tokens, now
             await push.send(protocol.encode(stats))
+
+
+async def _serving_version(engine: InferenceEngine, version: int, timeout_s: float) -> None:
+    """Sync mode: start a lease's episodes on the weights it was issued for. The head leases the
+    next batch once the broadcast is out; the engine applies it at its next step boundary."""
+    deadline_s = time.monotonic() + timeout_s
+    while engine.version < version and time.monotonic() < deadline_s:
+        await asyncio.sleep(0.005)
+    if engine.version < version:
+        log.warning("sync mode: still serving version %d, lease is for %d; starting anyway", engine.version, version)
 
 
 async def _hold_one_slot_per_episode(room: asyncio.Semaphore, extra: int) -> None:

@@ -21,7 +21,7 @@ import zmq
 from actors.engine_api import InferenceEngine
 from common import protocol
 from common.protocol import Control, GroupJoin, WeightsAnnounce
-from common.transport import Inbox, configure
+from common.transport import Inbox, configure, connect
 from common.weight_sync import BroadcastFailed, WeightReceiver
 
 log = logging.getLogger(__name__)
@@ -37,10 +37,11 @@ class ControlThread(threading.Thread):
         ctx = zmq.Context.instance()
         self._sub = configure(ctx.socket(zmq.SUB))
         self._sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self._sub.connect(addresses["control"])
+        connect(self._sub, addresses["control"])
         self._push = configure(ctx.socket(zmq.PUSH))  # its own socket: zmq sockets are per thread
-        self._push.connect(addresses["trajectories"])
-        self._receiver = WeightReceiver(addresses["weights"], timeout_s)
+        connect(self._push, addresses["trajectories"])
+        # The learner names the device: NCCL into GPU memory next to vLLM, gloo into CPU memory.
+        self._receiver = WeightReceiver(addresses["weights"], timeout_s, addresses.get("weights_device", "cpu"))
         self._inbox = Inbox("actor-control")
         self._join_retry_s = join_retry_s
         self._last_join = 0.0
@@ -89,8 +90,12 @@ class ControlThread(threading.Thread):
             self._failed(exc)
 
     def _receive(self, announce: WeightsAnnounce) -> None:
+        # The engine holds the staged tensors (views of the receive buffers) until it has copied
+        # them in, which it has done once it serves their version: only then may they be reused.
+        staged_before = self.versions_applied[-1] if self.versions_applied else None
+        reuse = staged_before is not None and self.engine.version >= staged_before
         try:
-            tensors = self._receiver.receive(announce)
+            tensors = self._receiver.receive(announce, reuse_buffers=reuse)
         except BroadcastFailed as exc:
             self._failed(exc)
             return

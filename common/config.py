@@ -48,6 +48,14 @@ class RunSection:
     """Deterministic torch kernels in the learner (same data -> same parameters, resume included)."""
     replay: str = ""
     """A recorded ``trajectories/`` folder to train on instead of live actors (no envhub, no actors)."""
+    mode: str = "async"
+    """``async`` (generation, env steps and training overlap, within ``learner.max_policy_lag``) or
+    ``sync``: the reference systems' loop on the same actors, learner and envs (lease one batch,
+    wait for its slowest episode, train, broadcast, then lease the next; ``max_policy_lag`` is 0)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("async", "sync"):
+            raise ValueError(f"run.mode must be async or sync, got {self.mode!r}")
 
 
 @dataclass(frozen=True)

@@ -153,9 +153,25 @@ class ActorStats:
     errors: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TrainedSample:
+    """learner head -> run record ``trajectories/trained.msgpack`` (read by the envhub trajectory
+    viewer): one episode the learner trained on, named by ``lease_id`` and ``episode_index`` as in
+    its ``Trajectory``. ``learner_step`` is the step of the update (the tensorboard step);
+    ``advantage`` is the mean over the episode's action tokens (loss mask 1) and
+    ``token_advantages`` holds one value per action token, in order."""
+
+    lease_id: str
+    group_id: str
+    episode_index: int
+    learner_step: int
+    advantage: float
+    token_advantages: np.ndarray = array_field("<f4")
+
+
 MESSAGE_TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (LeaseRequest, TaskLease, Trajectory, WeightsAnnounce, Control, GroupJoin, ActorStats)
+    for cls in (LeaseRequest, TaskLease, Trajectory, WeightsAnnounce, Control, GroupJoin, ActorStats, TrainedSample)
 }
 
 

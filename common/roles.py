@@ -11,6 +11,7 @@ import importlib
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,8 @@ class RoleHost:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def watch(self) -> None:
+        """Never returns: the launcher keeps one call pending per service (envhub), so that the
+        service's process dying shows up in ``ray.wait`` like a role's ``run()`` failing."""
+        threading.Event().wait()

@@ -1,8 +1,11 @@
-"""The launcher's process lifecycle on Ray: start the roles, watch them, fail fast, shut down.
+"""The launcher's process lifecycle on Ray: place the roles, start them, watch them, fail fast.
 
-Every role runs in its own Ray worker through ``RoleHost`` and logs to
-``<run>/logs/<role>-<i>.log``. The first role to die stops the run, and the console gets its
-name, its log path and the last lines of its log rather than a wall of Ray traceback.
+Ray is a fresh local cluster, or a running one (``ray_address``). The placement plan
+(``common/placement.py``) is computed for its nodes and realised as placement groups; every role
+runs in its own Ray worker, in its plan bundle, through ``RoleHost`` and logs to
+``<run>/logs/<role>-<i>.log``. A dead actor or envhub server is restarted in the same bundle (up to
+``actors.max_restarts`` / ``envhub.max_restarts``); any other role dying stops the run, and the
+console gets its name, its log path and the last lines of its log rather than a wall of Ray traceback.
 """
 
 from __future__ import annotations
@@ -11,14 +14,16 @@ import json
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from common import ray_cluster
 from common.config import Config
 from common.net import free_port
+from common.placement import PlacementPlan, format_plan, local_cluster, plan_placement
 from common.roles import RoleHost
 from learner.checkpoint import latest_complete
 
@@ -41,42 +46,58 @@ class RoleFailed(Exception):
 
 
 class Supervisor:
-    def __init__(self, cfg: Config, run_dir: Path, role_env: dict[str, str]):
-        self.cfg, self.run_dir, self.role_env = cfg, run_dir, role_env
+    def __init__(self, cfg: Config, run_dir: Path, role_env: dict[str, str], ray_address: str | None = None):
+        self.cfg, self.run_dir, self.role_env, self.ray_address = cfg, run_dir, role_env, ray_address
         self.roles: list[Role] = []
         self._finished_early: dict = {}
         self._last_printed_step = 0
         self._learner_run = None
-        self._services: list[Role] = []
+        self._services: dict[Any, Role] = {}  # pending watch() ref -> envhub server
+        self._envhub_urls: dict[str, str] = {}
         self._restarts: Counter[str] = Counter()
         self.restart_times_s: list[float] = []
+        self.envhub_restart_times_s: list[float] = []
         self._host = ray.remote(RoleHost)
+        self.plan: PlacementPlan | None = None
+        self._groups: ray_cluster.PlacementGroups | None = None
 
     def __enter__(self) -> "Supervisor":
-        # address="local": always a fresh cluster of our own, never one a previous run left behind.
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,
-                 _node_ip_address="127.0.0.1", runtime_env={"env_vars": self.role_env},
-                 configure_logging=False)
+        try:
+            if self.ray_address:
+                cluster = ray_cluster.join(self.ray_address, self.role_env)
+            else:
+                cluster = local_cluster(self.cfg, os.cpu_count() or 1, ray_cluster.gpus_here())
+                ray_cluster.start_local(cluster, self.role_env)
+            self.plan = plan_placement(cluster, self.cfg)
+            print(format_plan(self.plan), flush=True)
+            self._groups = ray_cluster.PlacementGroups(self.plan)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
         for role in self.roles:
             ray.kill(role.handle, no_restart=True)
+        if self._groups is not None:
+            self._groups.remove()
         ray.shutdown()
 
     def start_role(self, name: str, factory: str, *args: Any) -> Role:
+        """Start ``name`` in its plan bundle (the same bundle again when it is restarted)."""
         log_path = self.run_dir / "logs" / f"{name}.log"
-        # num_cpus=0: on a small machine every role must be placed; torch threads are set per role.
-        handle = self._host.options(num_cpus=0, max_concurrency=4, name=None).remote(str(log_path), factory, *args)
+        options = self._groups.options(name)
+        handle = self._host.options(max_concurrency=4, name=None, **options).remote(str(log_path), factory, *args)
         role = Role(name, handle, log_path, factory, args)
         self.roles.append(role)
         return role
 
+    def _host_of(self, role_name: str) -> str:
+        """Address a service of ``role_name`` binds: loopback locally, its node's IP on a cluster."""
+        return self._groups.node_address(role_name) if self.ray_address else "127.0.0.1"
+
     def call(self, role: Role, method: str, *args: Any, timeout_s: float | None = None) -> Any:
-        try:
-            return ray.get(role.handle.call.remote(method, *args), timeout=timeout_s)
-        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
-            raise RoleFailed(role, f"failed in {method}(): {_last_line(exc)}") from None
+        return self._get(role.handle.call.remote(method, *args), role, method, timeout_s)
 
     def run(self) -> int:
         try:
@@ -93,52 +114,74 @@ class Supervisor:
 
     def _start_and_watch(self) -> dict:
         cfg, live = self.cfg, not self.cfg.run.replay
-        url = self._start_envhub() if live else None
-        learner, addresses = self._start_learner(url)
-        actors = [self.start_role(f"actor-{i}", "actors.main:Actor", cfg, i, addresses, url)
-                  for i in range(cfg.actors.count if live else 0)]
-        print(f"started {'envhub, ' if live else ''}{cfg.learner.num_ranks} learner rank(s) and {len(actors)} "
-              f"actor(s); waiting for the first batch ...", flush=True)
+        urls = self._start_envhubs() if live else []
+        learner, addresses = self._start_learner(urls[0] if urls else None)
+        actors = [self.start_role(f"actor-{k}", "actors.main:Actor", cfg, k, addresses,
+                                  urls[self.plan.envhub_of_actor[k]]) for k in range(cfg.actors.count if live else 0)]
+        print(f"started {f'{len(urls)} envhub server(s), ' if live else ''}{cfg.learner.num_ranks} learner rank(s) "
+              f"and {len(actors)} actor(s); waiting for the first batch ...", flush=True)
+        if urls:
+            print(f"envhub servers: {' '.join(urls)}", flush=True)
         self._learner_run = learner.handle.call.remote("run")
         runs = {self._learner_run: learner}
-        runs.update({r.handle.call.remote("run"): r for r in self.roles if r not in (learner, *self._services)})
+        runs.update({r.handle.call.remote("run"): r for r in self.roles
+                     if r is not learner and not r.name.startswith("envhub-")})
         summary = self._watch(runs, learner)
         summary["actors"] = self._wait_actors(runs, learner)
-        summary["actor_restarts"] = {"count": sum(self._restarts.values()), "times_s": self.restart_times_s}
-        for service in self._services:
+        summary["actor_restarts"] = {"count": len(self.restart_times_s), "times_s": self.restart_times_s}
+        summary["envhub_restarts"] = {"count": len(self.envhub_restart_times_s), "times_s": self.envhub_restart_times_s}
+        for service in self._services.values():
             self.call(service, "stop", timeout_s=30)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         return summary
 
-    def _start_envhub(self) -> str:
-        envhub = self.start_role("envhub-0", "envhub.main:EnvhubServer", self.cfg.envhub)
-        self._services.append(envhub)
-        port = self.call(envhub, "start_in_thread", timeout_s=120)
-        return f"http://{self.cfg.envhub.host}:{port}"
+    def _start_envhubs(self) -> list[str]:
+        """Start every envhub server of the plan at once; returns their URLs, server s at index s."""
+        servers = max(self.plan.envhub_of_actor, default=-1) + 1
+        hosts = [self._host_of(f"envhub-{s}") if self.ray_address else self.cfg.envhub.host for s in range(servers)]
+        runs_dir = str(self.run_dir.parent.resolve())  # the trajectory viewer (/ui) browses this run's siblings
+        roles = [self.start_role(f"envhub-{s}", "envhub.main:EnvhubServer",
+                                 replace(self.cfg.envhub, host=host, runs_dir=runs_dir))
+                 for s, host in enumerate(hosts)]
+        refs = {role.handle.call.remote("start_in_thread"): role for role in roles}
+        for ref, role in refs.items():
+            port = self._get(ref, role, "start_in_thread", timeout_s=120)
+            role.args = (replace(role.args[0], port=port),)  # a restart binds the same port again
+            self._envhub_urls[role.name] = _url(role.args[0].host, port)
+            self._services[role.handle.watch.remote()] = role
+        return [self._envhub_urls[role.name] for role in roles]
 
     def _start_learner(self, envhub_url: str | None) -> tuple[Role, dict]:
         """Rank 0 and the followers set up together: their process group forms across all of them."""
-        master = ("127.0.0.1", free_port())
-        learner = self.start_role("learner-0", "learner.main:Learner", self.cfg, str(self.run_dir), envhub_url, master)
+        host = self._host_of("learner-0")
+        master = (host, free_port())  # the ranks share one node (STRICT_PACK)
+        learner = self.start_role("learner-0", "learner.main:Learner", self.cfg, str(self.run_dir), envhub_url,
+                                  master, host)
         followers = [self.start_role(f"learner-{rank}", "learner.follower:Follower", self.cfg, str(self.run_dir),
                                      rank, master) for rank in range(1, self.cfg.learner.num_ranks)]
         refs = {role.handle.call.remote("setup"): role for role in (learner, *followers)}
         for ref, role in refs.items():
-            try:
-                result = ray.get(ref, timeout=600)
-            except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
-                raise RoleFailed(role, f"failed in setup(): {_last_line(exc)}") from None
+            result = self._get(ref, role, "setup", timeout_s=600)
             if role is learner:
                 addresses = result
         return learner, addresses
+
+    def _get(self, ref: Any, role: Role, method: str, timeout_s: float | None) -> Any:
+        try:
+            return ray.get(ref, timeout=timeout_s)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+            raise RoleFailed(role, f"failed in {method}(): {_last_line(exc)}") from None
 
     def _watch(self, runs: dict, learner: Role) -> dict:
         """Print progress until the learner returns; any other role returning first is a failure."""
         interval = self.cfg.run.progress_interval_s
         while True:
-            watching = [ref for ref in runs if ref not in self._finished_early]
+            watching = [ref for ref in runs if ref not in self._finished_early] + list(self._services)
             done, _ = ray.wait(watching, num_returns=1, timeout=interval)
             for ref in done:
+                if ref in self._services:
+                    self._on_service_died(ref)
+                    continue
                 role = runs[ref]
                 try:
                     result = ray.get(ref)
@@ -157,7 +200,36 @@ class Supervisor:
             self._print_progress(learner)
 
     def _may_restart(self, role: Role) -> bool:
-        return role.name.startswith("actor-") and self._restarts[role.name] < self.cfg.actors.max_restarts
+        limit = {"actor": self.cfg.actors.max_restarts, "envhub": self.cfg.envhub.max_restarts}
+        return self._restarts[role.name] < limit.get(role.name.split("-")[0], 0)
+
+    def _on_service_died(self, ref: Any) -> None:
+        """``watch()`` only ends when the server's process does: restart it or fail the run."""
+        role = self._services.pop(ref)
+        try:
+            ray.get(ref)
+            reason = "returned"
+        except ray.exceptions.RayError as exc:
+            reason = _last_line(exc)
+        if not self._may_restart(role):
+            raise RoleFailed(role, f"died: {reason}")
+        self._restart_envhub(role, reason)
+
+    def _restart_envhub(self, role: Role, reason: str) -> None:
+        """Same bundle, same port: the actors' URLs stay valid. Episodes that were running on it have
+        ended with ``env_error``; new ones wait for it (``actors.env_reconnect_s``)."""
+        started = time.monotonic()
+        self._restarts[role.name] += 1
+        print(f"{role.name} died ({reason}); restarting ({self._restarts[role.name]}/"
+              f"{self.cfg.envhub.max_restarts}), log: {role.log_path}", flush=True)
+        self.roles.remove(role)
+        ray.kill(role.handle, no_restart=True)
+        replacement = self.start_role(role.name, role.factory, *role.args)
+        self.call(replacement, "start_in_thread", timeout_s=120)
+        self._services[replacement.handle.watch.remote()] = replacement
+        self.envhub_restart_times_s.append(time.monotonic() - started)
+        print(f"{role.name} restarted in {self.envhub_restart_times_s[-1]:.1f} s at "
+              f"{self._envhub_urls[role.name]}", flush=True)
 
     def _restart_actor(self, role: Role, learner: Role, reason: str) -> Role:
         """Re-issue the dead actor's leases, then start it again under the same id; it joins the
@@ -234,3 +306,7 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
     print(f"\ndone: {summary.get('step')} learner steps in {summary.get('wall_s', 0):.1f} s; "
           f"final reward {summary.get('reward', 0):.3f}, success {summary.get('success', 0):.2f}\n"
           f"leases: {ledger}\ncheckpoint: {summary.get('checkpoint')}\nrun folder: {run_dir}", flush=True)
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -13,14 +13,38 @@ from typing import Any
 import zmq
 
 from common import protocol
+from common.auth import ChannelGuard
 
 log = logging.getLogger(__name__)
 
 
+_guard: ChannelGuard | None = None
+
+
+def channel_guard() -> ChannelGuard:
+    """This process's guard, from ``LONGHORIZON_TOKEN`` (``common/auth.py``)."""
+    global _guard
+    if _guard is None:
+        _guard = ChannelGuard.from_env()
+    return _guard
+
+
 def bind_random(sock: zmq.Socket, host: str) -> str:
-    """Bind to a free port on ``host`` and return the address peers connect to."""
-    port = sock.bind_to_random_port(f"tcp://{host}")
+    """Bind to a free port on ``host`` and return the address peers connect to.
+
+    Beyond loopback only with the shared token (AuthError otherwise); with a token, peers must
+    present it (CURVE) and those that do not are refused and logged.
+    """
+    guard = channel_guard()
+    guard.check_bind(host, "a ZeroMQ channel")
+    port = guard.bound(sock).bind_to_random_port(f"tcp://{host}")
     return f"tcp://{host}:{port}"
+
+
+def connect(sock: zmq.Socket, address: str) -> zmq.Socket:
+    """Connect to a bound channel, presenting the shared token if one is set."""
+    channel_guard().connecting(sock).connect(address)
+    return sock
 
 
 def configure(sock: zmq.Socket, hwm: int = 10_000) -> zmq.Socket:

@@ -1,11 +1,19 @@
 """Bucketed weight broadcast from learner rank 0 to every actor engine.
 
 A group is the learner head (rank 0) plus the actors of one *generation*, formed over a
-TCPStore that the head hosts. It is a separate process group from the learner's FSDP group, built directly as a
-``ProcessGroupGloo`` (``ProcessGroupNCCL`` on GPU) so each side keeps its own default group.
+TCPStore that the head hosts. It is a separate process group from the learner's FSDP group,
+built directly as a ``ProcessGroupGloo`` on CPU or a ``ProcessGroupNCCL`` on GPU (same code, the
+backend follows the buffers' device), so each side keeps its own default group.
 Parameters are packed into fixed-size byte buckets, so the number of collectives does not grow
 with the number of tensors and dtypes survive the trip (a bf16 tensor is sent as its bytes).
 Tied weights are sent once: ``named_parameters()`` already drops the duplicates.
+
+What makes it cost about as much as one raw broadcast of the same bytes:
+- a tensor as large as a bucket travels alone, straight from its own memory (no packing);
+- packing overlaps the transfers of earlier buckets (two in flight, three pack buffers in turn),
+  and a receiver posts every bucket's receive at once;
+- buffers are kept between broadcasts on both sides: on CPU, fresh pages cost about as much
+  as the transfer itself (a receiver reuses its buffers once the engine copied them out).
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import torch.distributed as dist
 from common.protocol import TensorSlot, WeightsAnnounce
 
 _ALIGN_BYTES = 64  # keeps every slot's byte offset valid for a dtype view
+_MAX_IN_FLIGHT = 2
+"""Buckets the sender has in flight at once: the next one starts without a gap after the last."""
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -27,16 +37,21 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def plan_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_nbytes: int, version: int) -> WeightsAnnounce:
-    """Assign each tensor a bucket and byte offset; a tensor larger than a bucket gets its own."""
+    """Assign each tensor a bucket and byte offset; a tensor larger than a bucket gets its own.
+
+    Slots start at aligned offsets; a bucket ends right after its last slot, so a bucket of
+    one tensor is exactly that tensor's bytes (and can be sent from the tensor itself).
+    """
     sizes: list[int] = []
     slots: list[TensorSlot] = []
     for name, tensor in named:
         nbytes = tensor.numel() * tensor.element_size()
-        if not sizes or sizes[-1] + nbytes > bucket_nbytes:
+        offset = _aligned(sizes[-1]) if sizes else 0
+        if not sizes or offset + nbytes > bucket_nbytes:
             sizes.append(0)
-        offset = sizes[-1]
+            offset = 0
         slots.append(TensorSlot(name, list(tensor.shape), dtype_name(tensor.dtype), len(sizes) - 1, offset, nbytes))
-        sizes[-1] = _aligned(offset + nbytes)
+        sizes[-1] = offset + nbytes
     return WeightsAnnounce(version=version, bucket_nbytes=sizes, slots=slots)
 
 
@@ -44,37 +59,66 @@ def _aligned(n: int) -> int:
     return -(-n // _ALIGN_BYTES) * _ALIGN_BYTES
 
 
-def pack_bucket(announce: WeightsAnnounce, bucket: int, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
-    buf = torch.empty(announce.bucket_nbytes[bucket], dtype=torch.uint8)  # alignment padding is never read
+def pack_bucket(announce: WeightsAnnounce, bucket: int, tensors: dict[str, torch.Tensor],
+                out: torch.Tensor | None = None) -> torch.Tensor:
+    """The bucket's bytes, written into ``out`` (at least as large) when given."""
+    nbytes = announce.bucket_nbytes[bucket]
+    buf = torch.empty(nbytes, dtype=torch.uint8) if out is None else out[:nbytes]  # padding is never read
     for slot in announce.slots:
         if slot.bucket == bucket:
-            src = tensors[slot.name].detach().contiguous().reshape(-1).view(torch.uint8)
-            buf[slot.offset_bytes : slot.offset_bytes + slot.nbytes] = src
+            src = tensors[slot.name].detach().reshape(-1).view(torch.uint8)
+            buf[slot.offset_bytes : slot.offset_bytes + slot.nbytes].copy_(src, non_blocking=True)
     return buf
 
 
 def unpack_bucket(announce: WeightsAnnounce, bucket: int, buf: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Views of the bucket's tensors into ``buf`` (no copy)."""
     out = {}
     for slot in announce.slots:
         if slot.bucket == bucket:
             raw = buf[slot.offset_bytes : slot.offset_bytes + slot.nbytes]
-            out[slot.name] = raw.view(getattr(torch, slot.dtype)).reshape(slot.shape)  # views: buf is fresh
+            out[slot.name] = raw.view(getattr(torch, slot.dtype)).reshape(slot.shape)
     return out
 
 
-def _gloo_group(store: dist.Store, generation: int, rank: int, world_size: int, timeout_s: float) -> dist.ProcessGroup:
+def _sole_tensor(announce: WeightsAnnounce, bucket: int, tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """The bucket's bytes as a view of its only tensor, when it holds one contiguous tensor."""
+    slots = [slot for slot in announce.slots if slot.bucket == bucket]
+    if len(slots) != 1:
+        return None
+    tensor = tensors[slots[0].name].detach()
+    return tensor.reshape(-1).view(torch.uint8) if tensor.is_contiguous() else None
+
+
+def _weight_group(store: dist.Store, generation: int, rank: int, world_size: int, timeout_s: float,
+                  device: torch.device) -> dist.ProcessGroup:
     prefixed = dist.PrefixStore(f"weights/{generation}", store)
-    return dist.ProcessGroupGloo(prefixed, rank, world_size, datetime.timedelta(seconds=timeout_s))
-
-
-def _broadcast(group: dist.ProcessGroup, buf: torch.Tensor) -> None:
-    _start_broadcast(group, buf).wait()
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if device.type == "cuda":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(prefixed, rank, world_size, options)
+    return dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)
 
 
 def _start_broadcast(group: dist.ProcessGroup, buf: torch.Tensor) -> dist.Work:
     opts = dist.BroadcastOptions()
     opts.rootRank = 0
     return group.broadcast([buf], opts)
+
+
+def _finish(work: dist.Work, buf: torch.Tensor, timeout_s: float) -> None:
+    """Wait for a collective, bounded by the deadline (NCCL's wait only orders CUDA streams)."""
+    work.wait(datetime.timedelta(seconds=timeout_s))
+    if buf.is_cuda:
+        torch.cuda.current_stream(buf.device).synchronize()
+
+
+def _drop(group: dist.ProcessGroup | None) -> None:
+    """Abort a failed NCCL communicator, so a peer stuck in it cannot hold the GPU; gloo needs nothing."""
+    abort = getattr(group, "abort", None)
+    if group is not None and abort is not None and isinstance(group, getattr(dist, "ProcessGroupNCCL", ())):
+        abort()
 
 
 class BroadcastFailed(RuntimeError):
@@ -86,27 +130,31 @@ class WeightBroadcaster:
     """Learner side: hosts the rendezvous store and sends buckets as rank 0.
 
     Membership is per *generation*: ``regroup(members)`` forms a fresh group of rank 0 plus
-    those actors, each collective has a deadline, and any failure drops the whole group (gloo
-    cannot continue past an error): survivors and restarted actors simply join the next one.
+    those actors, each collective has a deadline, and any failure drops the whole group (a
+    collective cannot continue past an error): survivors and restarted actors join the next one.
     """
 
-    def __init__(self, host: str, bucket_nbytes: int, timeout_s: float):
+    def __init__(self, host: str, bucket_nbytes: int, timeout_s: float, device: str = "cpu"):
         self.bucket_nbytes = bucket_nbytes
         self.timeout_s = timeout_s
+        self.device = torch.device(device)
         self._store = dist.TCPStore(host, 0, None, is_master=True, wait_for_workers=False,
                                     timeout=datetime.timedelta(seconds=timeout_s))
         self.address = f"{host}:{self._store.port}"
         self.generation = 0
         self.members: list[int] = []
         self._group: dist.ProcessGroup | None = None
+        self._pack_buffers: list[torch.Tensor] = []
 
     def regroup(self, members: list[int]) -> None:
         """Form generation+1 from ``members`` (call after announcing it); BroadcastFailed on timeout."""
         self.generation += 1
+        _drop(self._group)
         self.members, self._group = sorted(members), None
         try:
-            self._group = _gloo_group(self._store, self.generation, 0, len(self.members) + 1, self.timeout_s)
-        except Exception as exc:  # gloo raises RuntimeError / DistStoreError variants
+            self._group = _weight_group(self._store, self.generation, 0, len(self.members) + 1, self.timeout_s,
+                                        self.device)
+        except Exception as exc:  # gloo/NCCL raise RuntimeError / DistStoreError variants
             self.members = []
             raise BroadcastFailed(f"generation {self.generation} did not form: {exc}") from None
 
@@ -122,52 +170,75 @@ class WeightBroadcaster:
         """Broadcast every bucket (after the announce went out); BroadcastFailed drops the group."""
         assert self._group is not None, "regroup() first"
         try:
-            in_flight = None  # (work, its buffer): the buffer must outlive the collective
+            in_flight: list[tuple[dist.Work, torch.Tensor]] = []  # a buffer must outlive its collective
             for bucket in range(len(announce.bucket_nbytes)):
-                buf = pack_bucket(announce, bucket, tensors)  # packs while the previous bucket flies
-                if in_flight is not None:
-                    in_flight[0].wait()
-                in_flight = (_start_broadcast(self._group, buf), buf)
-            if in_flight is not None:
-                in_flight[0].wait()
+                buf = self._bucket_bytes(announce, bucket, tensors)  # packs while earlier buckets fly
+                if len(in_flight) == _MAX_IN_FLIGHT:
+                    _finish(*in_flight.pop(0), self.timeout_s)
+                in_flight.append((_start_broadcast(self._group, buf), buf))
+            for work, buf in in_flight:
+                _finish(work, buf, self.timeout_s)
         except Exception as exc:
+            _drop(self._group)
             self._group, self.members = None, []
             raise BroadcastFailed(f"broadcast of version {announce.version} failed: {exc}") from None
+
+    def _bucket_bytes(self, announce: WeightsAnnounce, bucket: int, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        sole = _sole_tensor(announce, bucket, tensors)
+        if sole is not None and sole.device == self.device:
+            return sole
+        # Pack buffers in turn: the transfer that used this one finished before it is packed again.
+        nbytes, count = max(announce.bucket_nbytes), _MAX_IN_FLIGHT + 1
+        if len(self._pack_buffers) < count or self._pack_buffers[0].numel() < nbytes:
+            self._pack_buffers = [torch.empty(nbytes, dtype=torch.uint8, device=self.device) for _ in range(count)]
+        return pack_bucket(announce, bucket, tensors, out=self._pack_buffers[bucket % count])
 
 
 class WeightReceiver:
     """Actor side: joins a generation's group as ``rank`` and receives what an announce describes."""
 
-    def __init__(self, address: str, timeout_s: float):
+    def __init__(self, address: str, timeout_s: float, device: str = "cpu"):
         host, port = address.rsplit(":", 1)
         self.timeout_s = timeout_s
+        self.device = torch.device(device)
         self._store = dist.TCPStore(host, int(port), None, is_master=False,
                                     timeout=datetime.timedelta(seconds=timeout_s))
         self.generation: int | None = None
         self._group: dist.ProcessGroup | None = None
+        self._buffers: list[torch.Tensor] = []
 
     def join(self, generation: int, rank: int, world_size: int) -> None:
         """Join ``generation`` (blocking, bounded by the deadline); BroadcastFailed if it fails."""
         self.leave()
         try:
-            self._group = _gloo_group(self._store, generation, rank, world_size, self.timeout_s)
+            self._group = _weight_group(self._store, generation, rank, world_size, self.timeout_s, self.device)
         except Exception as exc:
             raise BroadcastFailed(f"could not join generation {generation}: {exc}") from None
         self.generation = generation
 
     def leave(self) -> None:
+        _drop(self._group)
         self._group, self.generation = None, None
 
-    def receive(self, announce: WeightsAnnounce) -> dict[str, torch.Tensor]:
-        """All buckets of ``announce``; BroadcastFailed (and out of the group) on any failure."""
+    def receive(self, announce: WeightsAnnounce, reuse_buffers: bool = False) -> dict[str, torch.Tensor]:
+        """All buckets of ``announce`` as views into receive buffers; BroadcastFailed (and out of the
+        group) on any failure. ``reuse_buffers``: the tensors of the previous call are no longer
+        used (the engine has copied them), so their memory may be written again."""
         assert self._group is not None and announce.generation == self.generation
+        buffers = self._receive_buffers(announce.bucket_nbytes, reuse_buffers)
         tensors: dict[str, torch.Tensor] = {}
         try:
-            for bucket, nbytes in enumerate(announce.bucket_nbytes):
-                buf = torch.empty(nbytes, dtype=torch.uint8)
-                _broadcast(self._group, buf)
+            # Every bucket's receive is posted at once: the backend runs them back to back.
+            in_flight = [(_start_broadcast(self._group, buf), buf) for buf in buffers]
+            for bucket, (work, buf) in enumerate(in_flight):
+                _finish(work, buf, self.timeout_s)
                 tensors.update(unpack_bucket(announce, bucket, buf))
         except Exception as exc:
             self.leave()
             raise BroadcastFailed(f"receiving version {announce.version} failed: {exc}") from None
         return tensors
+
+    def _receive_buffers(self, sizes: list[int], reuse: bool) -> list[torch.Tensor]:
+        if not reuse or [b.numel() for b in self._buffers] != sizes:
+            self._buffers = [torch.empty(n, dtype=torch.uint8, device=self.device) for n in sizes]
+        return self._buffers

@@ -1,6 +1,6 @@
 """``python -m envhub``: serve, list, check and count the tasks of registered environments.
 
-    python -m envhub serve [--port 8000] [--config FILE] [--envhub.KEY VALUE ...]
+    python -m envhub serve [--port 8000] [--runs-dir runs] [--config FILE] [--envhub.KEY VALUE ...]
     python -m envhub list  [--config FILE] [--section.key VALUE ...]
     python -m envhub check ENV_ID [--task T] [--seed S] [--action A ...] [--http] [--config FILE] [overrides]
     python -m envhub tasks ENV_ID [--config FILE] [overrides]

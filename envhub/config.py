@@ -37,6 +37,22 @@ class EnvhubConfig:
     """Constructor options per env id, e.g. ``{textcraft-v0: {recipes_dir: /data/recipes}}``;
     they also decide the task list of envs whose tasks depend on options."""
 
+    runs_dir: str = "runs"
+    """Folder of run folders (``run.output_dir``) that the trajectory viewer at ``/ui`` browses;
+    read only, and only the direct sub-folders are served."""
+
+    actors_per_server: int = 8
+    """Launcher: actors sharing one envhub server; a run starts ``ceil(actors / this)`` servers
+    and actor k talks to server ``k % servers`` (round-robin). Each server's sessions are about
+    this times ``actors.max_concurrent_episodes``; keep ``max_sessions`` above that."""
+
+    cpus_per_server: float = 1.0
+    """Launcher: CPUs reserved for each server in its placement-group bundle."""
+
+    max_restarts: int = 3
+    """Launcher: times a dead server is restarted on the same node and port before the run fails;
+    the episodes it was running end with status ``env_error``."""
+
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
@@ -47,3 +63,5 @@ class EnvhubConfig:
             raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
         if self.max_action_chars < 1:
             raise ValueError(f"max_action_chars must be >= 1, got {self.max_action_chars}")
+        if self.actors_per_server < 1 or self.cpus_per_server <= 0 or self.max_restarts < 0:
+            raise ValueError("actors_per_server must be >= 1, cpus_per_server > 0, max_restarts >= 0")

@@ -1,6 +1,7 @@
 """Run one envhub server (uvicorn + uvloop) serving every registered environment.
 
     python -m envhub.main --port 8000            # CLI; --host defaults to 127.0.0.1
+    python -m envhub.main --runs-dir runs        # the trajectory viewer at /ui browses these runs
 
 From code: `serve(cfg, on_ready)` blocks and calls `on_ready(port)` once requests are
 accepted; `EnvhubServer(cfg).start_in_thread()` returns the bound port and `stop()` ends it

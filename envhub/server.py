@@ -6,6 +6,8 @@ Endpoints (JSON):
     POST   /sessions                  {"env_id", "task_id", "seed"} -> 201 {"session_id", "observation", "info"}
     POST   /sessions/{sid}/step       {"action"} -> {"observation", "reward", "terminated", "truncated", "info"}
     DELETE /sessions/{sid}            {"closed": true}   (idempotent for sessions the server already closed)
+    GET    /ui, /ui/api/...           the trajectory viewer over ``runs_dir`` (envhub/ui/routes.py)
+    GET    /sites/...                 webnav-v0's offline sites (envhub/sites)
 
 Errors carry {"detail": message}: 400 bad task id, 404 unknown env or session, 409 step after
 the episode ended, 410 session gone (idle-reaped or closed after a failure), 413 action longer
@@ -27,7 +29,9 @@ from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict
 
+from common.auth import require_token_for
 from envhub import registry
+from envhub.auth import TokenMiddleware
 from envhub.base import Environment, StepContractError, StepResult
 from envhub.config import EnvhubConfig
 from envhub.sessions import (
@@ -38,6 +42,8 @@ from envhub.sessions import (
     SessionTable,
     UnknownSessionError,
 )
+from envhub.sites.serving import mount_sites
+from envhub.ui import ui_router
 
 logger = logging.getLogger(__name__)
 
@@ -276,6 +282,11 @@ def create_app(cfg: EnvhubConfig) -> FastAPI:
     app = FastAPI(title="envhub", lifespan=lifespan)
     app.state.service = service
     _add_routes(app, service)
+    app.include_router(ui_router(cfg.runs_dir))  # the trajectory viewer at /ui (envhub/ui)
+    mount_sites(app)  # webnav-v0's offline shop, admin and forum at /sites (envhub/sites)
+    token = require_token_for(cfg.host, "envhub")  # beyond loopback only with the shared token
+    if token is not None:
+        app.add_middleware(TokenMiddleware, token=token, refusals=service.stats.errors)
     return app
 
 

@@ -29,6 +29,13 @@ class Batch:
     group_index: torch.Tensor  # [B] long
     episodes: list[Trajectory]
 
+    def to(self, device: torch.device) -> Batch:
+        """The same batch with every tensor on ``device`` (the learner's GPU, on GPU machines)."""
+        moved = {name: getattr(self, name).to(device) for name in
+                 ("token_ids", "attention_mask", "loss_mask", "behavior_logprobs", "token_versions", "rewards",
+                  "group_index")}
+        return Batch(**moved, episodes=self.episodes)
+
 
 def policy_lag(episode: Trajectory, version: int) -> int:
     """How many versions behind ``version`` the oldest sampled token of the episode is."""

@@ -151,6 +151,9 @@ class LearnerConfig:
     """Save a checkpoint every N steps (0: only at the end)."""
     tb_flush_s: float = 5.0
     """Tensorboard flush interval, so a live run shows current values."""
+    sample_text_every: int = 10
+    """Every N learner steps, log the step's best and worst episode per env as tensorboard text
+    (``samples/<env_id>``, decoded per turn; 0: never)."""
     eval_every: int = 0
     """Start a validation round on held-out tasks every N learner steps, step 0 included
     (0: no validation); logged as ``eval/<env>/...`` at the step it started (``learner/evaluation.py``)."""
@@ -164,5 +167,7 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         if self.micro_batch_tokens < 0:
             raise ValueError(f"learner.micro_batch_tokens must be >= 0 (0: off); got {self.micro_batch_tokens}")
+        if self.sample_text_every < 0:
+            raise ValueError(f"sample_text_every must be >= 0, got {self.sample_text_every}")
         if self.eval_every < 0 or self.eval_tasks_per_env < 1 or self.eval_samples < 1:
             raise ValueError("eval_every must be >= 0, eval_tasks_per_env and eval_samples >= 1")

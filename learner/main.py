@@ -12,6 +12,8 @@
    c. version v becomes v+1; the horizon schedule gives the turn cap for the next leases;
    d. announce v+1 on PUB and broadcast the weights in fixed-size buckets to the weight group,
       re-formed first when actors asked to join (start, restart, a failed receive);
+      (``run.mode: sync`` admits the next batch's leases only now, with a lag bound of 0: the
+      reference systems' loop, for comparison);
    e. tensorboard scalars; a checkpoint when due;
    f. validation (``learner.eval_every``): log the eval round that completed, start one when due
       (``learner/evaluation.py``; never waits for eval episodes).
@@ -34,7 +36,7 @@ import zmq
 from common import protocol
 from common.config import Config, to_dict
 from common.metrics import MetricsWriter
-from common.models import resolve_model
+from common.models import load_tokenizer, resolve_model
 from common.net import free_port
 from common.transport import bind_random, configure
 from common.weight_sync import BroadcastFailed, WeightBroadcaster
@@ -49,8 +51,10 @@ from learner.model import init_process_group
 from learner.policy import ShardedPolicy
 from learner.replay import ReplaySource
 from learner.rollout_metrics import rollout_scalars
+from learner.sample_text import samples_markdown
 from learner.sampler import TaskSampler
 from learner.service_metrics import actor_scalars, envhub_scalars
+from learner.trained_log import TrainedLog
 
 log = logging.getLogger("learner")
 
@@ -75,6 +79,7 @@ class Learner:
         torch.use_deterministic_algorithms(self.cfg.run.deterministic)
         init_process_group(0, cfg.learner.num_ranks, *(self.master or (self.host, free_port(self.host))))
         self.model_path = str(resolve_model(cfg.model.name, cfg.model.cache_dir))
+        self._tokenizer = None  # loaded for the first sample text
         self.policy = ShardedPolicy(cfg, self.model_path)
         self.horizon = build_horizon(cfg.learner.horizon, cfg.run.max_steps)
         self.source = HeadServer(self._make_sampler(), self.host, self.run_dir / "trajectories") if self.live \
@@ -82,6 +87,7 @@ class Learner:
         actor_model_path = self._maybe_resume()
         self.source.set_policy(self.version, self.horizon.cap_at(self.step))
         self.metrics = MetricsWriter(self.run_dir / "tb", cfg.learner.tb_flush_s)
+        self.trained_log = TrainedLog(self.run_dir / "trajectories")  # which episodes each step used
         self.metrics.text("config", "```yaml\n" + yaml.safe_dump(to_dict(cfg), sort_keys=False) + "\n```")
         self.source.start()
         self.evaluation = build_eval_rounds(cfg) if self.live else None
@@ -91,17 +97,22 @@ class Learner:
         self.pub = configure(zmq.Context.instance().socket(zmq.PUB))
         control_address = bind_random(self.pub, self.host)
         self.broadcaster = WeightBroadcaster(self.host, int(cfg.learner.bucket_mb * 2**20),
-                                             cfg.learner.broadcast_timeout_s)
+                                             cfg.learner.broadcast_timeout_s, weights_device(cfg))
         return {"lease": self.source.lease_address, "trajectories": self.source.trajectory_address,
                 "control": control_address, "weights": self.broadcaster.address, "model_path": actor_model_path,
-                "policy_version": str(self.version)}
+                "policy_version": str(self.version), "weights_device": weights_device(cfg)}
 
     def _make_sampler(self) -> TaskSampler:
         r, lc = self.cfg.rollout, self.cfg.learner
         options = self.cfg.envhub.env_options
         env_tasks = {env_id: task_ids(env_id, r.split, **options.get(env_id, {})) for env_id in r.envs}
-        return TaskSampler(env_tasks, r.group_size, lc.groups_per_step, lc.max_policy_lag,
+        return TaskSampler(env_tasks, r.group_size, lc.groups_per_step, self.max_policy_lag,
                            lc.lease_timeout_s, r.max_episode_tokens, self.cfg.run.seed)
+
+    @property
+    def max_policy_lag(self) -> int:
+        """Sync mode is lag 0: a batch's groups are leased, generated and trained at one version."""
+        return 0 if self.cfg.run.mode == "sync" else self.cfg.learner.max_policy_lag
 
     def _maybe_resume(self) -> str:
         """Restore from the latest complete checkpoint; returns the weights actors must start from."""
@@ -145,7 +156,7 @@ class Learner:
         return groups, time.monotonic() - started
 
     def _drop_stale(self, groups: list[Group]) -> list[Group]:
-        fresh, stale = split_stale(groups, self.version, self.cfg.learner.max_policy_lag)
+        fresh, stale = split_stale(groups, self.version, self.max_policy_lag)
         for group in stale:
             self.source.release(group)
         self._dropped_stale += len(stale)
@@ -159,6 +170,7 @@ class Learner:
         if batch is not None:
             broadcast_command(Command.TRAIN, self.step)
             scalars.update(self.policy.train(broadcast_batch(batch)))
+            self.trained_log.record(batch, self.policy.trainer.last_advantages, self.step + 1)
         self.source.consume(len(groups))
         self.step += 1
         self.version += 1
@@ -166,17 +178,31 @@ class Learner:
         if episodes:  # the adaptive schedule decides on what this step saw
             self.horizon.observe(self.step, scalars["horizon/truncated_at_cap"], scalars["rollout/success"])
         turn_cap = self.horizon.cap_at(self.step)
-        self.source.set_policy(self.version, turn_cap)
+        sync = self.cfg.run.mode == "sync"
+        if not sync:  # async: new leases start at once, on the weights the actors have
+            self.source.set_policy(self.version, turn_cap)
         if self.live and batch is not None:
             self._broadcast_weights()
+        if sync:  # sync: the next batch is leased only once the new weights are out
+            self.source.set_policy(self.version, turn_cap)
         self._evaluate()  # after the broadcast: a new round's episodes start on the new weights
         t2 = time.monotonic()
         scalars.update(self._loop_scalars(episodes, wait_s, t1 - t0, t2 - t1, turn_cap))
         self.metrics.scalars(scalars, self.step)
+        self._log_samples(episodes)
         self._update_progress(scalars, turn_cap)
         every = self.cfg.learner.checkpoint_every
         if every and self.step % every == 0 and self.step < self.cfg.run.max_steps:
             self._checkpoint()
+
+    def _log_samples(self, episodes: list) -> None:
+        every = self.cfg.learner.sample_text_every
+        if not every or not episodes or self.step % every:
+            return
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.model_path)
+        for tag, markdown in samples_markdown(episodes, self._tokenizer).items():
+            self.metrics.text(tag, markdown, self.step)
 
     def _evaluate(self, start: bool = True) -> None:
         """Log the eval round that completed (at the step it started); start one when due."""
@@ -255,6 +281,7 @@ class Learner:
         broadcast_command(Command.STOP, self.step)
         self._evaluate(start=False)
         self.metrics.close()
+        self.trained_log.close()
         self.source.stop()
         if self.live:
             self.pub.close()
@@ -270,3 +297,9 @@ class Learner:
         lost = self.source.actor_lost(actor_id)
         log.warning("actor %d died; %d lease(s) re-issued", actor_id, lost)
         return lost
+
+
+def weights_device(cfg: Config) -> str:
+    """Where the weight group's buffers live: GPU memory (NCCL) when vLLM actors and the learner
+    have GPUs, else CPU memory (gloo). The learner decides and tells the actors, so both agree."""
+    return "cuda" if cfg.actors.engine == "vllm" and torch.cuda.is_available() else "cpu"

@@ -11,12 +11,23 @@ from transformers import AutoModelForCausalLM
 
 
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int) -> None:
-    """The learner's own group (FSDP); gloo on CPU, NCCL when CUDA is there."""
+    """The learner's own group (FSDP); gloo on CPU. With CUDA, NCCL for CUDA tensors (FSDP's
+    collectives, the loss denominators) and gloo for the small CPU ones (commands, batch shapes,
+    logged scalars), so the same code runs on both."""
     if dist.is_initialized():
         return
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = master_addr, str(master_port)
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = "gloo"
+    if torch.cuda.is_available():
+        # Ray gives each rank its own GPU (device 0 of its view); several visible: one per rank.
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        backend = "cpu:gloo,cuda:nccl"
     dist.init_process_group(backend, rank=rank, world_size=world_size)
+
+
+def learner_device() -> torch.device:
+    """Where the sharded model lives (FSDP2 moves it to the mesh's device) and batches go."""
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
 def load_sharded_model(path: str, dtype: str, mixed_precision: bool = False,

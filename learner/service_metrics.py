@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 
+from common.auth import token_from_env
 from common.protocol import ActorStats
 
 
@@ -12,7 +13,9 @@ def envhub_scalars(envhub_url: str | None, timeout_s: float = 2.0) -> dict[str, 
     if not envhub_url:
         return {}
     try:
-        health = httpx.get(f"{envhub_url}/health", timeout=timeout_s, trust_env=False).json()
+        token = token_from_env()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        health = httpx.get(f"{envhub_url}/health", timeout=timeout_s, trust_env=False, headers=headers).json()
     except (httpx.HTTPError, ValueError):
         return {"envhub/up": 0.0}
     stats = health.get("stats", {})

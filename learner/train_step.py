@@ -58,7 +58,7 @@ from learner.losses import (
     token_logprobs,
     value_token_losses,
 )
-from learner.model import load_sharded_model
+from learner.model import learner_device, load_sharded_model
 from learner.reference import load_reference_model, reference_logprobs
 
 
@@ -100,6 +100,8 @@ class Trainer:
         self.critic, self.reference = critic, reference
         self.rank, self.world_size = rank_and_world if rank_and_world is not None else world()
         self._shuffle = torch.Generator().manual_seed(0)  # the same minibatch order on every rank
+        # [B, T] advantages of the last step's whole batch; rank 0 records them (learner/trained_log.py).
+        self.last_advantages: torch.Tensor | None = None
 
     @classmethod
     def build(cls, model_path: str, dtype: str, cfg: LearnerConfig, temperature: float) -> Trainer:
@@ -123,10 +125,12 @@ class Trainer:
         rank's rows; loss terms are this rank's share of the batch loss times the world size, so
         their mean over ranks (``learner.distributed.mean_over_ranks``) is the batch loss.
         """
+        batch = batch.to(learner_device())
         self.policy.train()
         if self.critic is not None:
             self.critic.model.train()  # from_pretrained leaves it in eval, where HF skips checkpointing
         constants = self._batch_constants(batch)
+        self.last_advantages = constants.advantages
         updates = []
         for _ in range(self.cfg.algorithm.ppo_epochs):
             for share in self._shares(batch.token_ids.shape[0]):

@@ -62,6 +62,19 @@ def test_tensorboard_has_rollout_and_learner_scalars(smoke_run):
     assert np.isfinite([e.value for e in acc.Scalars("learner/loss")]).all()
 
 
+def test_tensorboard_shows_the_best_and_worst_episode_and_the_config_as_text(smoke_run):
+    run_dir, _ = smoke_run
+    acc = EventAccumulator(str(run_dir / "tb"), size_guidance={"tensors": 0})
+    acc.Reload()
+    tags = acc.Tags()["tensors"]
+    assert "samples/keydoor-v0/text_summary" in tags, sorted(tags)
+    steps = [e.step for e in acc.Tensors("samples/keydoor-v0/text_summary")]
+    assert steps == [2, 4]  # learner.sample_text_every: 2
+    markdown = acc.Tensors("samples/keydoor-v0/text_summary")[-1].tensor_proto.string_val[0].decode()
+    assert markdown.startswith("**best**") and "**worst**" in markdown and "```" in markdown
+    assert any(tag.startswith("config") for tag in tags), sorted(tags)
+
+
 def test_validation_rounds_run_on_held_out_tasks_and_are_logged_at_their_start_step(smoke_run):
     run_dir, _ = smoke_run
     acc = EventAccumulator(str(run_dir / "tb"))

@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import load_file
 
 from common import protocol
-from common.weight_sync import BroadcastFailed, WeightBroadcaster, pack_bucket, plan_buckets, unpack_bucket
+from common.weight_sync import (BroadcastFailed, WeightBroadcaster, _sole_tensor, pack_bucket, plan_buckets,
+                                unpack_bucket)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,9 +21,10 @@ import os, sys
 import torch
 from safetensors.torch import save_file
 from common import protocol
-from common.weight_sync import BroadcastFailed, WeightReceiver, _broadcast
+from common.weight_sync import BroadcastFailed, WeightReceiver, _finish, _start_broadcast
 address, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 receiver = WeightReceiver(address, timeout_s=3)
+print("ready", flush=True)  # imports done: the deadlines below start now on both sides
 if mode == "after-failed-generation":
     try:
         receiver.join(1, rank=1, world_size=3)  # a member that never comes: this generation fails
@@ -33,7 +35,8 @@ else:
     receiver.join(1, rank=1, world_size=2)
 announce = protocol.decode(sys.stdin.buffer.read(), protocol.WeightsAnnounce)
 if mode == "die-mid-broadcast":
-    _broadcast(receiver._group, torch.empty(announce.bucket_nbytes[0], dtype=torch.uint8))
+    first = torch.empty(announce.bucket_nbytes[0], dtype=torch.uint8)
+    _finish(_start_broadcast(receiver._group, first), first, 3)
     os._exit(1)  # killed after the first bucket
 save_file(receiver.receive(announce), out)
 # Leave without interpreter teardown: destroying a gloo group while its threads wind down can
@@ -56,8 +59,10 @@ def sample_tensors():
 
 def start_receiver(sender: WeightBroadcaster, out: Path, mode: str = "plain") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo"}
-    return subprocess.Popen([sys.executable, "-c", RECEIVER, sender.address, str(out), mode],
-                            stdin=subprocess.PIPE, env=env, cwd=REPO)
+    proc = subprocess.Popen([sys.executable, "-c", RECEIVER, sender.address, str(out), mode],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=REPO)
+    assert proc.stdout.readline().strip() == b"ready"  # a slow interpreter start must not eat a deadline
+    return proc
 
 
 def send_announce(proc: subprocess.Popen, announce) -> None:
@@ -74,6 +79,17 @@ def test_plan_and_pack_round_trip_preserve_dtype_and_values():
         out.update(unpack_bucket(announce, bucket, pack_bucket(announce, bucket, tensors)))
     for name, tensor in tensors.items():
         assert out[name].dtype == tensor.dtype and torch.equal(out[name], tensor)
+
+
+def test_a_tensor_as_large_as_a_bucket_travels_alone_from_its_own_memory():
+    tensors = sample_tensors()
+    announce = plan_buckets(tensors.items(), bucket_nbytes=100_000, version=3)
+    big = next(slot for slot in announce.slots if slot.name == "big")
+    assert [slot.name for slot in announce.slots if slot.bucket == big.bucket] == ["big"]
+    assert announce.bucket_nbytes[big.bucket] == big.nbytes  # no padding to send or receive
+    sent = _sole_tensor(announce, big.bucket, tensors)
+    assert sent.data_ptr() == tensors["big"].data_ptr()  # zero-copy: no packing of a sole tensor
+    assert _sole_tensor(announce, announce.slots[0].bucket, tensors) is None  # a shared bucket is packed
 
 
 def test_broadcast_reaches_another_process(tmp_path):

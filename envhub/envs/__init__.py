@@ -35,3 +35,8 @@ from envhub.envs.sciworld.task_index import task_splits as sciworld_task_splits 
 
 register("sciworld-v0", entry_point="envhub.envs.sciworld.env:SciWorldEnv", max_turns=30,
          splits=sciworld_task_splits())
+
+# Web navigation in headless Chromium (Playwright + Debian's /usr/bin/chromium), WebArena's observations,
+# actions and evaluators. Offline tasks on envhub's own sites (/sites: shop, admin, forum) by default; real
+# WebArena via envhub.env_options {webnav-v0: {task_source: webarena, task_files: [...], site_urls: {...}}}.
+register("webnav-v0", entry_point="envhub.envs.webnav.env:WebNavEnv", max_turns=15, splits=None)

@@ -9,11 +9,15 @@ Observations stay short (< 200 characters) because a tiny model reads them.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import random
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from envhub.base import Environment, StepResult
+from envhub.options import parse_options
 
 ROOM_POOL = ("kitchen", "garden", "attic", "cellar", "library", "study")
 ROOMS_PER_TASK = 3
@@ -27,6 +31,31 @@ def normalize_action(action: str) -> str:
     return " ".join(action.lower().split()).rstrip(".!")
 
 
+@dataclass(frozen=True)
+class KeyDoorOptions:
+    """Simulated step latency (``envhub.env_options: {keydoor-v0: {...}}``), off by default.
+
+    Real agent environments take 10 ms to seconds per step (a browser, a search API, a
+    compiler) and a few tasks are far slower than the rest; this toy env can mimic that, so
+    the cost of waiting for the slowest episode (synchronous RL) can be measured.
+    """
+
+    step_latency_s: float = 0.0
+    """Seconds every reset and step waits before answering."""
+    slow_task_fraction: float = 0.0
+    """Fraction of the tasks (chosen by a hash of the task id) that are slow."""
+    slow_step_latency_s: float = 0.0
+    """Seconds every reset and step of a slow task waits instead of ``step_latency_s``."""
+
+    def __post_init__(self) -> None:
+        if min(self.step_latency_s, self.slow_step_latency_s) < 0 or not 0 <= self.slow_task_fraction <= 1:
+            raise ValueError("keydoor-v0: latencies must be >= 0 and slow_task_fraction in [0, 1]")
+
+    def latency_s(self, task_id: str) -> float:
+        draw = int(hashlib.sha256(f"slow:{task_id}".encode()).hexdigest()[:8], 16) / 16**8
+        return self.slow_step_latency_s if draw < self.slow_task_fraction else self.step_latency_s
+
+
 class KeyDoorEnv(Environment):
     """Find the key named by the hint, bring it to the hall, open the door."""
 
@@ -37,7 +66,9 @@ class KeyDoorEnv(Environment):
         "open door",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, **options: Any) -> None:
+        self.options = parse_options(KeyDoorOptions, options, "keydoor-v0")
+        self._latency_s = 0.0
         self._rooms: tuple[str, ...] = ()
         self._key_room = ""
         self._location = "hall"
@@ -45,6 +76,8 @@ class KeyDoorEnv(Environment):
         self._done = True
 
     async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
+        self._latency_s = self.options.latency_s(task_id)
+        await self._wait()
         rng = random.Random(f"keydoor:{int(task_id)}:{int(seed)}")
         self._rooms = tuple(rng.sample(ROOM_POOL, ROOMS_PER_TASK))
         self._key_room = rng.choice(self._rooms)
@@ -58,6 +91,7 @@ class KeyDoorEnv(Environment):
     async def step(self, action: str) -> StepResult:
         if self._done:
             raise RuntimeError("step() called after the episode ended; call reset() first")
+        await self._wait()
         command = normalize_action(action)
         if command == "open door":
             return self._open_door()
@@ -67,6 +101,10 @@ class KeyDoorEnv(Environment):
         if go_match:
             return self._continue(self._go(go_match.group(1)))
         return self._continue(f"Unknown action. {ACTIONS_HELP}")
+
+    def valid_actions(self) -> list[str]:
+        """The well-formed actions in this episode (good or bad moves alike); for warm starts."""
+        return [*(f"go {room}" for room in self._rooms), "go hall", "take key", "open door"]
 
     def _go(self, place: str) -> str:
         if place == "hall":
@@ -97,6 +135,10 @@ class KeyDoorEnv(Environment):
 
     def _continue(self, observation: str) -> StepResult:
         return StepResult(observation, 0.0, False, False, self._info(success=False))
+
+    async def _wait(self) -> None:
+        if self._latency_s > 0:
+            await asyncio.sleep(self._latency_s)
 
     def _info(self, success: bool) -> dict[str, Any]:
         return {"success": success, "room": self._location, "has_key": self._has_key}

@@ -11,12 +11,15 @@ the same run, and asserts nothing.
 (b) The same episodes with the tiny model in the ``CpuEngine`` (continuous batching, prefix
     reuse): generated tokens/s at 1, 8 and 64 concurrent episodes, as a ratio of 1 at a time
     (goal >= 4x at 64).
-(c) Weight broadcast of the tiny model's parameters between two processes over gloo:
+(c) Weight broadcast of a model's parameters between two processes over gloo (the tiny model
+    in fp32, and SmolLM2-135M in bf16 as the learner sends it):
     ``WeightBroadcaster``/``WeightReceiver`` (bucketed, measured on the receiver until the
     tensors are unpacked) against one raw ``ProcessGroupGloo.broadcast`` of the same bytes
     (goal >= 0.8) and against a plain memory copy (``torch.clone``) of the same bytes.
 
-    .venv/bin/python -m tests.bench.actor_bench [--quick] [--torch-threads 1]
+    .venv/bin/python -m tests.bench.actor_bench [--quick] [--torch-threads 1] [--json PATH]
+
+``--json PATH`` also writes the rows as JSON for tests/bench/run_all.py.
 """
 
 from __future__ import annotations
@@ -44,12 +47,13 @@ from common.protocol import TaskLease
 from common.weight_sync import WeightBroadcaster, WeightReceiver, plan_buckets
 from envhub.client import EnvClient
 from tests.bench.envhub_bench import REPO, start_server
+from tests.bench.run_all import write_json
 
 ENV_ID = "keydoor-v0"
 CONCURRENCY_LEVELS = (1, 8, 64)
 SCRIPTED_ACTION = "look"
 """Not a keydoor command: every step answers "Unknown action", so episodes run to the turn cap."""
-BUCKET_NBYTES = 16 * 2**20
+DEFAULT_BUCKET_MB = 16
 """The learner's default ``bucket_mb``."""
 TIMEOUT_S = 120.0
 
@@ -72,7 +76,7 @@ class BenchSizes:
     """Timed rounds per broadcast kind (c); the median counts."""
 
 
-QUICK = BenchSizes(8, 256, 6, 16, 4, 5)
+QUICK = BenchSizes(8, 256, 6, 16, 4, 9)
 FULL = BenchSizes(16, 2048, 8, 32, 128, 20)
 
 
@@ -193,10 +197,10 @@ def raw_broadcast(group: dist.ProcessGroup, buf: torch.Tensor) -> None:
     group.broadcast([buf], options).wait()
 
 
-def receive_weights(weights_address: str, raw_address: str, rounds: int) -> None:
+def receive_weights(weights_address: str, raw_address: str, rounds: int, model_name: str, bucket_mb: int) -> None:
     """The child process: rank 1 of both groups; prints its timings as one JSON line."""
     # The sender's first regroup() forms generation 1 of rank 0 (itself) and rank 1 (this process).
-    announce = plan_buckets(weights_of(tiny_model()).items(), BUCKET_NBYTES, version=1)
+    announce = plan_buckets(weights_of(bench_model(model_name)).items(), bucket_mb * 2**20, version=1)
     announce = dataclasses.replace(announce, generation=1)
     receiver = WeightReceiver(weights_address, TIMEOUT_S)
     receiver.join(generation=1, rank=1, world_size=2)
@@ -206,7 +210,7 @@ def receive_weights(weights_address: str, raw_address: str, rounds: int) -> None
     for _ in range(rounds + 1):  # the first round warms up
         group.barrier().wait()
         started_s = time.perf_counter()
-        receiver.receive(announce)
+        receiver.receive(announce, reuse_buffers=True)  # as an actor whose engine applied the last one
         bucketed_s.append(time.perf_counter() - started_s)
         group.barrier().wait()
         started_s = time.perf_counter()
@@ -215,14 +219,15 @@ def receive_weights(weights_address: str, raw_address: str, rounds: int) -> None
     print(json.dumps({"bucketed_s": bucketed_s[1:], "raw_s": raw_s[1:]}), flush=True)
 
 
-def send_weights(rounds: int) -> dict[str, float]:
+def send_weights(rounds: int, model_name: str, bucket_mb: int) -> dict[str, float]:
     """Rank 0: start the receiver process, broadcast ``rounds`` times each way; median seconds."""
-    tensors = weights_of(tiny_model())
-    broadcaster = WeightBroadcaster("127.0.0.1", BUCKET_NBYTES, TIMEOUT_S)
+    tensors = weights_of(bench_model(model_name))
+    broadcaster = WeightBroadcaster("127.0.0.1", bucket_mb * 2**20, TIMEOUT_S)
     raw_store = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=TIMEOUT_S))
     command = [sys.executable, "-m", "tests.bench.actor_bench", "--receive-weights", broadcaster.address,
-               f"127.0.0.1:{raw_store.port}", "--rounds", str(rounds)]
+               f"127.0.0.1:{raw_store.port}", "--rounds", str(rounds), "--broadcast-model", model_name,
+               "--bucket-mb", str(bucket_mb)]
     child = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         broadcaster.regroup([1])
@@ -246,22 +251,25 @@ def send_weights(rounds: int) -> dict[str, float]:
             "raw_s": statistics.median(timings["raw_s"]), "copy_s": statistics.median(copy_s)}
 
 
-def part_c(sizes: BenchSizes) -> list[tuple]:
-    t = send_weights(sizes.broadcast_rounds)
+def part_c(sizes: BenchSizes, model_name: str, bucket_mb: int = DEFAULT_BUCKET_MB) -> list[tuple]:
+    t = send_weights(sizes.broadcast_rounds, model_name, bucket_mb)
     mib = t["bytes"] / 2**20
 
     def figure(seconds: float) -> str:
-        return f"{1000 * seconds:6.2f} ms {mib / seconds:7.0f} MiB/s"
+        return f"{1000 * seconds:7.2f} ms {mib / seconds:7.0f} MiB/s"
 
     return [
-        ("(c) weight broadcast", f"bucketed gloo, {mib:.1f} MiB", figure(t["bucketed_s"]),
+        ("(c) weight broadcast", f"{model_name}: {bucket_mb} MiB buckets, {mib:.1f} MiB", figure(t["bucketed_s"]),
          f"raw broadcast {figure(t['raw_s'])}", t["raw_s"] / t["bucketed_s"], ">= 0.8"),
-        ("", "memory copy (clone)", figure(t["copy_s"]), "x of bucketed", t["copy_s"] / t["bucketed_s"], ""),
+        ("", f"{model_name}: memory copy (clone)", figure(t["copy_s"]), "x of bucketed",
+         t["copy_s"] / t["bucketed_s"], ""),
     ]
 
 
-def tiny_model() -> torch.nn.Module:
-    return load_model(resolve_model("tiny", default_cache_dir()), "float32")
+def bench_model(name: str) -> torch.nn.Module:
+    """The tiny model in fp32, or a real one in bf16 (as the learner would send it)."""
+    return load_model(resolve_model(name, default_cache_dir()), "float32" if name == "tiny" else "bfloat16")
+
 
 
 def print_table(rows: list[tuple]) -> None:
@@ -288,10 +296,14 @@ def main() -> None:
     parser.add_argument("--receive-weights", nargs=2, metavar=("WEIGHTS_ADDRESS", "RAW_ADDRESS"),
                         help=argparse.SUPPRESS)  # the broadcast benchmark's child process
     parser.add_argument("--rounds", type=int, default=5, help=argparse.SUPPRESS)
+    parser.add_argument("--broadcast-model", action="append", default=None,
+                        help="models whose weights part (c) broadcasts (default: tiny and smollm2-135m)")
+    parser.add_argument("--bucket-mb", type=int, default=DEFAULT_BUCKET_MB, help="bucket size of part (c)")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON (for run_all.py)")
     args = parser.parse_args()
     torch.set_num_threads(args.torch_threads)
     if args.receive_weights:
-        receive_weights(*args.receive_weights, args.rounds)
+        receive_weights(*args.receive_weights, args.rounds, args.broadcast_model[0], args.bucket_mb)
         return
     sizes = QUICK if args.quick else FULL
     server, url = start_server([], max_sessions=4 * max(CONCURRENCY_LEVELS))
@@ -300,10 +312,21 @@ def main() -> None:
     finally:
         server.terminate()
         server.wait(30)
-    rows += part_c(sizes)
+    for model_name in args.broadcast_model or ["tiny", "smollm2-135m"]:
+        rows += part_c(sizes, model_name, args.bucket_mb)
     print(f"torch threads {args.torch_threads}, env {ENV_ID}, tiny model float32, "
           f"{'quick' if args.quick else 'full'} sizes {sizes}")
     print_table(rows)
+    write_json(args.json, "actor_bench", json_rows(rows))
+
+
+def json_rows(rows: list[tuple]) -> list[tuple]:
+    """(part, setting, figure, baseline, ratio, goal) -> (part and setting, figure, baseline, ratio, goal)."""
+    named, part = [], ""
+    for row in rows:
+        part = row[0] or part  # a continuation row leaves its part empty
+        named.append((f"{part}, {row[1]}", *row[2:]))
+    return named
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ Not a test: it prints figures and asserts nothing. On the tiny model (``resolve_
 
 The best of a few rounds counts. Run from the repo root:
 
-    .venv/bin/python -m tests.bench.engine_bench [--torch-threads 1] [--rounds 2]
+    .venv/bin/python -m tests.bench.engine_bench [--torch-threads 1] [--rounds 2] [--quick] [--json PATH]
+
+``--quick``: one round per level; ``--json PATH`` also writes the ratios (8 and 64 clients against 1)
+as JSON for tests/bench/run_all.py.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import uvloop
 from actors.engine import CpuEngine, SamplingParams
 from common.models import load_model, resolve_model
 from common.paths import default_cache_dir
+from tests.bench.run_all import write_json
 
 CONCURRENCY_LEVELS = (1, 8, 64)
 PROMPT_TOKENS = 16
@@ -98,11 +102,15 @@ async def measure(model: torch.nn.Module, rounds: int) -> dict[str, dict[int, tu
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds per concurrency level")
+    parser.add_argument("--rounds", type=int, help="rounds per concurrency level (default 2, --quick 1)")
+    parser.add_argument("--quick", action="store_true", help="one round per concurrency level")
+    parser.add_argument("--json", metavar="PATH", help="also write the ratios as JSON (for run_all.py)")
     args = parser.parse_args()
+    args.rounds = args.rounds or (1 if args.quick else 2)
     torch.set_num_threads(args.torch_threads)
     model = load_model(resolve_model("tiny", default_cache_dir()), "float32")
     rates = uvloop.run(measure(model, args.rounds))
+    json_rows = []
     print(f"tiny model float32, torch threads {torch.get_num_threads()}, prompt {PROMPT_TOKENS} tokens; "
           f"engine CPU per token is robust to other load on the machine, tokens/s is not")
     for name, by_concurrency in rates.items():
@@ -110,6 +118,10 @@ def main() -> None:
         figures = "   ".join(f"{n:>2} clients {rate:6.0f} tokens/s x{rate / baseline:5.2f} ({cpu_us:4.0f} us CPU/token)"
                                for n, (rate, cpu_us) in by_concurrency.items())
         print(f"{name:<28} {figures}")
+        json_rows += [(f"{name}, {n} clients", f"{rate:.0f} tokens/s, {cpu_us:.0f} us CPU/token",
+                       f"1 client {baseline:.0f} tokens/s", rate / baseline, "")
+                      for n, (rate, cpu_us) in by_concurrency.items() if n != CONCURRENCY_LEVELS[0]]
+    write_json(args.json, "engine_bench", json_rows)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ Not a test: it prints figures and asserts nothing. For each env it
    ratio of the /health floor measured in the same run.
 
     .venv/bin/python -m tests.bench.envhub_bench [--env textcraft-v0 --env babyai-v0] [--sessions 256]
-        [--steps 20] [--envhub.env_options '{textcraft-v0: {...}}']
+        [--steps 20] [--quick] [--json PATH] [--envhub.env_options '{textcraft-v0: {...}}']
+
+``--quick``: 64 sessions x 10 steps; ``--json PATH`` also writes the ratios for tests/bench/run_all.py.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from common.config import load_config
 from envhub import registry
 from envhub.cli import split_overrides
 from envhub.client import EnvClient, EnvClientError
+from tests.bench.run_all import write_json
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_ENVS = ("textcraft-v0", "babyai-v0")
@@ -131,7 +134,7 @@ class SessionSlot:
             self.session_id = None
 
 
-async def bench_env(env_id: str, url: str, server_pid: int, options: dict, sessions: int, steps: int) -> None:
+async def bench_env(env_id: str, url: str, server_pid: int, options: dict, sessions: int, steps: int) -> tuple:
     splits = registry.task_splits(env_id, **options)
     tasks = [str(n) for n in (splits.get("train") or next(iter(splits.values())))]
     actions = registry.load_env_class(env_id).example_actions or ("look",)
@@ -152,11 +155,12 @@ async def bench_env(env_id: str, url: str, server_pid: int, options: dict, sessi
         timings.client_cpu_s = time.process_time() - client_cpu_s
         server_stats = (await client.health())["stats"]["step_latency_s"]
         await asyncio.gather(*(slot.close() for slot in slots))
-    report(env_id, sessions, steps, floor, timings, server_stats, rss_before, rss_open)
+    return report(env_id, sessions, steps, floor, timings, server_stats, rss_before, rss_open)
 
 
 def report(env_id: str, sessions: int, steps: int, floor: Timings, timings: Timings, server_stats: dict,
-           rss_before: float, rss_open: float) -> None:
+           rss_before: float, rss_open: float) -> tuple:
+    """Print the env's figures; return its row (figure, value, baseline, ratio, goal)."""
     print(f"\n{env_id}: {sessions} concurrent sessions x {steps} steps "
           f"({len(timings.latencies_s)} steps, {timings.episodes_ended} episodes ended, "
           f"{sum(timings.errors.values())} errors)")
@@ -174,15 +178,25 @@ def report(env_id: str, sessions: int, steps: int, floor: Timings, timings: Timi
           f"{timings.server_cpu_s / timings.wall_s:.0%} / {timings.client_cpu_s / timings.wall_s:.0%} of one core)")
     print(f"  server RSS      {rss_before:9.1f} MiB idle -> {rss_open:.1f} MiB with {sessions} open: "
           f"{1024 * (rss_open - rss_before) / sessions:.1f} KiB per session")
+    errors = sum(timings.errors.values())
+    return (f"{env_id} steps/s, {sessions} sessions x {steps} steps",
+            f"{timings.rate():.0f} steps/s, p50 {timings.percentile_ms(0.5):.1f} ms"
+            f"{f', {errors} errors' if errors else ''}",
+            f"GET /health {floor.rate():.0f} req/s", timings.rate() / floor.rate(), "")
 
 
 def main() -> None:
     own, overrides = split_overrides(sys.argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", action="append", dest="envs", help=f"env id (repeatable; default {DEFAULT_ENVS})")
-    parser.add_argument("--sessions", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=20, help="steps per session")
+    parser.add_argument("--sessions", type=int, help="concurrent sessions (default 256, --quick 64)")
+    parser.add_argument("--steps", type=int, help="steps per session (default 20, --quick 10)")
+    parser.add_argument("--quick", action="store_true", help="fewer sessions and steps")
+    parser.add_argument("--json", metavar="PATH", help="also write the ratios as JSON (for run_all.py)")
     args = parser.parse_args(own)
+    args.sessions = args.sessions or (64 if args.quick else 256)
+    args.steps = args.steps or (10 if args.quick else 20)
+    rows = []
     env_options = load_config(None, overrides).envhub.env_options
     known = {env_spec.id for env_spec in registry.list_specs()}
     for env_id in args.envs or DEFAULT_ENVS:
@@ -191,11 +205,12 @@ def main() -> None:
             continue
         server, url = start_server(overrides, max_sessions=args.sessions + 16)
         try:
-            asyncio.run(bench_env(env_id, url, server.pid, dict(env_options.get(env_id, {})),
-                                  args.sessions, args.steps))
+            rows.append(asyncio.run(bench_env(env_id, url, server.pid, dict(env_options.get(env_id, {})),
+                                              args.sessions, args.steps)))
         finally:
             server.terminate()
             server.wait(30)
+    write_json(args.json, "envhub_bench", rows)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ with mixed rewards. Steps of the two alternate, so machine load hits both alike;
 step each, the median step time counts. Tokens/s counts the real (unpadded) tokens. The ratio is
 also given in process CPU time, which other processes competing for the cores disturb less.
 
-    .venv/bin/python -m tests.bench.learner_bench [--quick] [--torch-threads 2]
+    .venv/bin/python -m tests.bench.learner_bench [--quick] [--torch-threads 2] [--json PATH]
+
+``--json PATH`` also writes the ratios (wall and CPU time) as JSON for tests/bench/run_all.py.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from common.paths import default_cache_dir
 from learner.batching import Batch
 from learner.model import init_process_group
 from learner.policy import ShardedPolicy
+from tests.bench.run_all import write_json
 
 PROMPT_TOKENS = 48
 """System prompt and first observation of every row (loss mask 0)."""
@@ -138,6 +141,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tiny model only (well under a minute)")
     parser.add_argument("--torch-threads", type=int, default=2, help="torch intra-op threads for both loops")
+    parser.add_argument("--json", metavar="PATH", help="also write the ratios as JSON (for run_all.py)")
     args = parser.parse_args()
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(0)
@@ -147,6 +151,7 @@ def main() -> None:
     table = [("model", "params", "batch (rows x width)", "real tokens", "assistant tokens",
               "ours tok/s", "plain tok/s", "ours / plain", "ours / plain (CPU time)", "ours step s",
               "plain step s")]
+    json_rows = []
     try:
         for case in QUICK if args.quick else FULL:
             result = time_case(case)
@@ -155,11 +160,22 @@ def main() -> None:
                           f"{result['tokens'] / result['plain']:.0f}", f"{result['plain'] / result['ours']:.2f}",
                           f"{result['plain_cpu'] / result['ours_cpu']:.2f}", f"{result['ours']:.3f}",
                           f"{result['plain']:.3f}"))
+            json_rows += json_rows_of(case, result)
     finally:
         dist.destroy_process_group()
     print(f"torch {torch.__version__}, {args.torch_threads} thread(s), float32, CPU, "
           f"median of the timed steps after one warm-up step each")
     print_table(table)
+    write_json(args.json, "learner_bench", json_rows)
+
+
+def json_rows_of(case: Case, result: dict) -> list[tuple]:
+    """Ours against plain in wall time and in CPU time: (figure, value, baseline, ratio, goal)."""
+    setting = f"train step tokens/s, {case.model} {case.rows} x {case.width}"
+    return [(setting, f"{result['tokens'] / result['ours']:.0f} tokens/s ({result['ours']:.3f} s/step)",
+             f"plain loop {result['tokens'] / result['plain']:.0f} tokens/s", result["plain"] / result["ours"], ""),
+            (f"{setting} (CPU time)", f"{result['ours_cpu']:.3f} CPU s/step",
+             f"plain loop {result['plain_cpu']:.3f} CPU s/step", result["plain_cpu"] / result["ours_cpu"], "")]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,115 @@
+"""A warm start for RL on the toy env: a short supervised pass on *random valid* actions.
+
+A random tiny model never writes a well-formed action, so RL from it gets no signal at all. This
+pass teaches the format and nothing else: every target action is drawn uniformly from the
+actions valid in the current state (``KeyDoorEnv.valid_actions``), whatever the hints say, so
+the warm model plays like a random valid agent and has no policy to speak of. The learning test
+(``tests/test_learning.py``) starts RL from it.
+
+1. Play ``episodes`` keydoor episodes in process with random valid actions (up to ``turn_cap``).
+2. Tokenize each as the actors do (``common/chat.py``): system prompt, observations as chat
+   deltas (loss mask 0), each action plus the end-of-turn token (loss mask 1).
+3. ``steps`` AdamW steps of cross-entropy on the action tokens, batches of ``batch_size``.
+4. Save the model and tokenizer with ``save_pretrained`` (loadable by ``model.name: <dir>``).
+
+    python -m learner.warm_start --out /tmp/keydoor-warm
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from common.chat import ChatTokenBuffer
+from common.config import RolloutSection
+from common.models import load_model, load_tokenizer, resolve_model
+from common.paths import default_cache_dir
+from envhub.envs.keydoor import KeyDoorEnv
+
+
+def random_valid_episode(task_id: int, seed: int, turn_cap: int, rng: random.Random) -> list[tuple[str, str]]:
+    """(observation, action) pairs of one episode played by uniformly random valid actions."""
+    env = KeyDoorEnv()
+    observation, _ = asyncio.run(env.reset(str(task_id), seed))
+    turns = []
+    for _ in range(turn_cap):
+        action = rng.choice(env.valid_actions())
+        turns.append((observation, action))
+        result = asyncio.run(env.step(action))
+        if result.terminated or result.truncated:
+            break
+        observation = result.observation
+    return turns
+
+
+def tokenize_episode(tokenizer, system_prompt: str, turns: list[tuple[str, str]]) -> tuple[list[int], list[int]]:
+    """Token ids and loss mask, exactly as an actor's buffer would hold them."""
+    buf = ChatTokenBuffer(tokenizer, system_prompt or None)
+    for index, (observation, action) in enumerate(turns):
+        if index == 0:
+            buf.start(observation)
+        else:
+            buf.append_observation(observation)
+        ids = tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]
+        buf.append_generated(ids, [0.0] * len(ids), [0] * len(ids))
+    return buf.token_ids, buf.loss_mask
+
+
+def sft_loss(model, rows: list[tuple[list[int], list[int]]]) -> torch.Tensor:
+    """Mean cross-entropy over the action tokens of a right-padded batch."""
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width)
+    attention = torch.zeros(len(rows), width, dtype=torch.long)
+    for row, (token_ids, loss_mask) in enumerate(rows):
+        ids[row, : len(token_ids)] = torch.tensor(token_ids)
+        mask[row, : len(loss_mask)] = torch.tensor(loss_mask, dtype=torch.float)
+        attention[row, : len(token_ids)] = 1
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    per_token = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+    target_mask = mask[:, 1:]
+    return (per_token * target_mask).sum() / target_mask.sum()
+
+
+def warm_start(out_dir: Path, episodes: int = 512, steps: int = 150, batch_size: int = 8, lr: float = 3e-3,
+               turn_cap: int = 4, seed: int = 0, system_prompt: str = RolloutSection.system_prompt) -> float:
+    """Train and save the warm model; returns the last batch's loss."""
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    path = resolve_model("tiny", default_cache_dir())
+    tokenizer, model = load_tokenizer(path), load_model(path, "float32")
+    data = [tokenize_episode(tokenizer, system_prompt, random_valid_episode(rng.randrange(10_000), i, turn_cap, rng))
+            for i in range(episodes)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    loss = torch.tensor(0.0)
+    for _ in range(steps):
+        loss = sft_loss(model, rng.sample(data, batch_size))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return float(loss.detach())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path, help="folder for the warm model")
+    parser.add_argument("--episodes", type=int, default=512)
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    args = parser.parse_args()
+    loss = warm_start(args.out, args.episodes, args.steps, lr=args.lr)
+    print(f"warm model in {args.out} (last batch loss {loss:.3f})")
+
+
+if __name__ == "__main__":
+    main()
