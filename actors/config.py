@@ -19,8 +19,9 @@ class ActorsConfig:
     """Most sequences the CPU engine decodes in one forward pass."""
     max_queued_requests: int = 1024
     """CPU engine: requests waiting for a batch row beyond which ``generate`` waits (backpressure)."""
-    max_cached_prefix_tokens: int = 65536
-    """CPU engine: tokens of KV cache kept to reuse an episode's earlier turns; 0 turns reuse off."""
+    max_cached_prefix_mb: float = 1024.0
+    """CPU engine: memory of KV cache kept to reuse an episode's earlier turns (0 turns reuse off);
+    in tokens that is ~500k for the tiny model but ~22k for SmolLM2-135M in fp32 (46 KiB a token)."""
     torch_threads: int = 1
     """Torch intra-op threads per actor process (CPU engine)."""
     env_timeout_s: float = 30.0

@@ -15,15 +15,25 @@ def build_engine(cfg: Config, model_path: str, actor_id: int, version: int) -> I
     ``version`` is the policy version of the weights at ``model_path`` (non-zero on a resume)."""
     seed = cfg.run.seed + actor_id
     if cfg.actors.engine == "cpu":
-        return CpuEngine(load_model(model_path, cfg.model.dtype), cfg.actors.max_batch_size, seed=seed,
-                         max_queued_requests=cfg.actors.max_queued_requests,
-                         max_cached_prefix_tokens=cfg.actors.max_cached_prefix_tokens, initial_version=version)
+        model = load_model(model_path, cfg.model.dtype)
+        cached_tokens = int(cfg.actors.max_cached_prefix_mb * 2**20 // kv_bytes_per_token(model))
+        return CpuEngine(model, cfg.actors.max_batch_size, seed=seed, max_queued_requests=cfg.actors.max_queued_requests,
+                         max_cached_prefix_tokens=cached_tokens, initial_version=version)
     from actors.vllm_engine import VllmEngine, VllmEngineConfig  # imports vllm: only when chosen
 
     config = VllmEngineConfig(model_path=model_path, dtype=cfg.model.dtype, seed=seed,
                               max_num_seqs=cfg.actors.max_batch_size,
                               gpu_memory_utilization=cfg.actors.vllm_gpu_memory_utilization)
     return VllmEngine(config, initial_version=version)
+
+
+def kv_bytes_per_token(model) -> int:
+    """Bytes of KV cache one token holds: keys and values of every layer's KV heads."""
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    element_bytes = next(model.parameters()).element_size()
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * element_bytes
 
 
 def stop_token_ids(tokenizer, model_path: str) -> tuple[int, ...]:

@@ -188,14 +188,24 @@ class ChatTokenBuffer:
         if self.token_ids[-1] != self.tokenizer.eos_token_id:
             # Cut at max_tokens: close the turn so the transcript stays well formed.
             self._append_context([self.tokenizer.eos_token_id])
+        self._append_context(self._encode_delta(text))
+        self._expecting = "append_generated"
+
+    def _encode_delta(self, text: str) -> list[int]:
+        """The delta's token ids. Text holding control-token strings (``<|im_end|>`` typed by an
+        env) goes through transformers' sanitizing path, which encodes them as plain text; other
+        text (nearly all) straight through the Rust tokenizer: same ids, a fraction of the cost
+        (the sanitizing path was ~40 % of an actor's per-turn overhead)."""
+        rendered = self._delta.prefix + text + self._delta.suffix
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None and not self._delta.control_tokens_re.search(text):
+            return backend.encode(rendered, add_special_tokens=False).ids
         marked = mark_control_tokens(text, self._delta.control_tokens_re)
-        token_ids = self.tokenizer(
+        return self.tokenizer(
             self._delta.prefix + marked + self._delta.suffix,
             add_special_tokens=False,
             sanitize_control_tokens=True,
         )["input_ids"]
-        self._append_context(token_ids)
-        self._expecting = "append_generated"
 
     def as_arrays(self) -> dict[str, np.ndarray]:
         """The transcript as numpy arrays, ready for the wire."""

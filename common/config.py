@@ -38,6 +38,9 @@ class RunSection:
     """Name of the run folder; empty picks ``run-<timestamp>``."""
     max_steps: int = 20
     """Learner optimizer steps before the run stops."""
+    max_wall_s: float = 0.0
+    """Also stop once the learner has trained this many seconds (0: no time limit); the run
+    ends as at ``max_steps``: final validation (``learner.eval_at_end``), checkpoint, summary."""
     seed: int = 0
     """Seed for task sampling, sampling on the actors and model init."""
     progress_interval_s: float = 2.0

@@ -215,15 +215,19 @@ class Supervisor:
             raise RoleFailed(role, f"died: {reason}")
         self._restart_envhub(role, reason)
 
+    def _retire(self, role: Role, reason: str, max_restarts: int) -> None:
+        """Count the restart, say so, and make sure the dead role's process is gone."""
+        self._restarts[role.name] += 1
+        print(f"{role.name} died ({reason}); restarting ({self._restarts[role.name]}/{max_restarts}), "
+              f"log: {role.log_path}", flush=True)
+        self.roles.remove(role)
+        ray.kill(role.handle, no_restart=True)
+
     def _restart_envhub(self, role: Role, reason: str) -> None:
         """Same bundle, same port: the actors' URLs stay valid. Episodes that were running on it have
         ended with ``env_error``; new ones wait for it (``actors.env_reconnect_s``)."""
         started = time.monotonic()
-        self._restarts[role.name] += 1
-        print(f"{role.name} died ({reason}); restarting ({self._restarts[role.name]}/"
-              f"{self.cfg.envhub.max_restarts}), log: {role.log_path}", flush=True)
-        self.roles.remove(role)
-        ray.kill(role.handle, no_restart=True)
+        self._retire(role, reason, self.cfg.envhub.max_restarts)
         replacement = self.start_role(role.name, role.factory, *role.args)
         self.call(replacement, "start_in_thread", timeout_s=120)
         self._services[replacement.handle.watch.remote()] = replacement
@@ -235,11 +239,7 @@ class Supervisor:
         """Re-issue the dead actor's leases, then start it again under the same id; it joins the
         next weight group and continues from the learner's current version."""
         started = time.monotonic()
-        self._restarts[role.name] += 1
-        print(f"{role.name} died ({reason}); restarting ({self._restarts[role.name]}/"
-              f"{self.cfg.actors.max_restarts}), log: {role.log_path}", flush=True)
-        self.roles.remove(role)
-        ray.kill(role.handle, no_restart=True)
+        self._retire(role, reason, self.cfg.actors.max_restarts)
         actor_id = int(role.name.split("-")[1])
         reissued = self.call(learner, "actor_lost", actor_id, timeout_s=30)
         replacement = self.start_role(role.name, role.factory, *role.args)

@@ -44,6 +44,9 @@ def plan_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_nbytes: int, 
     """
     sizes: list[int] = []
     slots: list[TensorSlot] = []
+    # Tensors that fill a bucket alone go first: they leave at once, from their own memory, while
+    # the shared buckets after them are packed (the first bucket's packing would otherwise be idle time).
+    named = sorted(named, key=lambda item: item[1].numel() * item[1].element_size() < bucket_nbytes)
     for name, tensor in named:
         nbytes = tensor.numel() * tensor.element_size()
         offset = _aligned(sizes[-1]) if sizes else 0

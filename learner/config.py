@@ -143,8 +143,10 @@ class LearnerConfig:
     """Advantage estimator, loss terms and update passes."""
     horizon: HorizonConfig = field(default_factory=HorizonConfig)
     """ScalingInter-RL turn-cap schedule."""
-    bucket_mb: float = 16.0
-    """Size of one weight-broadcast bucket in MiB."""
+    bucket_mb: float = 64.0
+    """Size of one weight-broadcast bucket in MiB (the learner keeps three for packing). Larger
+    buckets mean fewer collectives: on 2 CPU cores SmolLM2's 257 MiB took 0.90 of one raw
+    broadcast's speed at 64 MiB, 0.71 at 16 (tests/bench/actor_bench.py)."""
     broadcast_timeout_s: float = 60.0
     """Deadline of the weight-broadcast collective."""
     checkpoint_every: int = 0
@@ -157,6 +159,11 @@ class LearnerConfig:
     eval_every: int = 0
     """Start a validation round on held-out tasks every N learner steps, step 0 included
     (0: no validation); logged as ``eval/<env>/...`` at the step it started (``learner/evaluation.py``)."""
+    eval_at_end: bool = False
+    """Also validate the final policy: a round at ``run.max_steps`` that the learner waits for
+    (at most ``eval_end_timeout_s``) before it stops, so a run reports held-out success after."""
+    eval_end_timeout_s: float = 600.0
+    """How long the final validation round may take; past it the run stops without it."""
     eval_split: str = "test"
     """Task split of every env in ``rollout.envs`` that validation draws its tasks from."""
     eval_tasks_per_env: int = 16

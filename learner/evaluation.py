@@ -9,7 +9,9 @@
 2. The head issues those leases (``purpose="eval"``) ahead of new training leases and outside the
    staleness admission (``learner/sampler.py``), at the current policy version and turn cap.
 3. Completed eval groups arrive on the head's ``eval_groups`` queue, never on the training one.
-4. After every learner step the learner drains that queue without waiting; once every group of
+4. With ``learner.eval_at_end``, one more round on the final policy at ``run.max_steps``: the
+   learner waits for it (up to ``eval_end_timeout_s``) before it stops.
+5. After every learner step the learner drains that queue without waiting; once every group of
    the round is in, it logs ``eval/<env>/{success,pass@n,reward,num_turns,truncated_frac,
    error_frac,episode_tokens}`` and ``eval/round_s`` at step s.
 
@@ -100,8 +102,9 @@ class EvalRounds:
 
     def __init__(self, tasks: dict[str, list[str]], samples: int, every_steps: int, max_steps: int,
                  clock: Callable[[], float] = time.monotonic):
-        if every_steps < 1 or samples < 1 or not any(tasks.values()):
-            raise ValueError("EvalRounds needs every_steps >= 1, samples >= 1 and at least one task")
+        if every_steps < 0 or samples < 1 or not any(tasks.values()):
+            raise ValueError("EvalRounds needs every_steps >= 0 (0: only rounds started by hand), samples >= 1 "
+                             "and at least one task")
         self.tasks = [(env_id, task_id) for env_id, ids in tasks.items() for task_id in ids]
         self.samples, self.every_steps, self.max_steps, self.clock = samples, every_steps, max_steps, clock
         self.rounds_skipped = 0
@@ -109,7 +112,7 @@ class EvalRounds:
         self._round: _Round | None = None
 
     def due(self, step: int) -> bool:
-        return step % self.every_steps == 0 and step < self.max_steps
+        return self.every_steps > 0 and step % self.every_steps == 0 and step < self.max_steps
 
     def maybe_start(self, step: int, head: EvalScheduler) -> bool:
         """Schedule a round at ``step`` if one is due and none is in flight; True if started."""
@@ -120,9 +123,18 @@ class EvalRounds:
             log.warning("eval round due at step %d skipped: the round of step %d is still running (%d groups out)",
                         step, self._round.step, len(self._round.waiting))
             return False
+        self.start(step, head)
+        return True
+
+    @property
+    def in_flight(self) -> bool:
+        return self._round is not None
+
+    def start(self, step: int, head: EvalScheduler) -> None:
+        """Schedule a round at ``step`` now (the final round: ``learner.eval_at_end``)."""
+        assert self._round is None, "one round at a time"
         group_ids = head.schedule_eval(self.tasks, self.samples)
         self._round = _Round(step, self.clock(), set(group_ids))
-        return True
 
     def collect(self, finished: queue.Queue[Group]) -> list[tuple[int, dict[str, float]]]:
         """Take the eval groups that came back; ``(step, scalars)`` of the round if it completed."""
@@ -148,10 +160,10 @@ class EvalRounds:
 def build_eval_rounds(cfg: Config) -> EvalRounds | None:
     """The run's validation, or None when ``learner.eval_every`` is 0."""
     lc = cfg.learner
-    if not lc.eval_every:
+    if not lc.eval_every and not lc.eval_at_end:
         return None
     if lc.eval_samples > cfg.actors.max_concurrent_episodes:
         raise ValueError(f"learner.eval_samples ({lc.eval_samples}) must not exceed "
                          f"actors.max_concurrent_episodes ({cfg.actors.max_concurrent_episodes})")
     tasks = held_out_tasks(cfg.rollout.envs, lc.eval_split, lc.eval_tasks_per_env, cfg.envhub.env_options)
-    return EvalRounds(tasks, lc.eval_samples, lc.eval_every, cfg.run.max_steps)
+    return EvalRounds(tasks, lc.eval_samples, lc.eval_every, cfg.run.max_steps)  # every 0: the final round only

@@ -4,7 +4,7 @@
    With ``--resume``: model, optimizer, RNG, step, sampler and horizon from the latest checkpoint.
 2. Start the data source: the head (``learner/head.py``: leases and trajectory ingest over
    ZeroMQ) or, with ``--replay``, a recorded trajectory stream (``learner/replay.py``).
-3. Until ``run.max_steps``:
+3. Until ``run.max_steps`` (or ``run.max_wall_s`` seconds):
    a. take ``groups_per_step`` completed GRPO groups; drop (and count) any group whose oldest
       token is more than ``max_policy_lag`` versions old;
    b. broadcast the batch to the followers; advantages, PPO-clip loss against the behavior
@@ -17,7 +17,8 @@
    e. tensorboard scalars; a checkpoint when due;
    f. validation (``learner.eval_every``): log the eval round that completed, start one when due
       (``learner/evaluation.py``; never waits for eval episodes).
-4. Final checkpoint, ``Control(stop)`` to the actors and followers, summary.
+4. With ``learner.eval_at_end``, one more validation round on the final policy, waited for.
+5. Final checkpoint, ``Control(stop)`` to the actors and followers, summary.
 
 Run it through the launcher: ``python launch.py --config configs/smoke.yaml``.
 """
@@ -131,13 +132,22 @@ class Learner:
     def run(self) -> dict:
         log.info("training from step %d to %d", self.step, self.cfg.run.max_steps)
         started = time.time()
-        while self.step < self.cfg.run.max_steps and not self._stop.is_set():
+        while self.step < self.cfg.run.max_steps and not self._stop.is_set() and not self._out_of_time(started):
             groups, wait_s = self._collect_groups()
             if groups is None:
                 break
             self._train_on(groups, wait_s)
+        if self.live and self.cfg.learner.eval_at_end and not self._stop.is_set():
+            self._final_evaluation()
         self._finish()
         return {**self._progress, "wall_s": time.time() - started, "ledger": self.source.ledger()}
+
+    def _out_of_time(self, started: float) -> bool:
+        limit_s = self.cfg.run.max_wall_s
+        if limit_s and time.time() - started >= limit_s:
+            log.info("run.max_wall_s (%.0f s) reached at step %d", limit_s, self.step)
+            return True
+        return False
 
     def _collect_groups(self) -> tuple[list[Group] | None, float]:
         started, groups = time.monotonic(), []
@@ -212,6 +222,21 @@ class Learner:
             self.metrics.scalars(scalars, step)
         if start:
             self.evaluation.maybe_start(self.step, self.source)
+
+    def _final_evaluation(self) -> None:
+        """Validate the final policy (``learner.eval_at_end``): finish the round in flight, then
+        run one at this step and wait for it; the actors keep serving leases meanwhile."""
+        deadline_s = time.monotonic() + self.cfg.learner.eval_end_timeout_s
+        started = False
+        while time.monotonic() < deadline_s and not self._stop.is_set():
+            self._evaluate(start=False)
+            if not self.evaluation.in_flight:
+                if started:
+                    return
+                self.evaluation.start(self.step, self.source)
+                started = True
+            time.sleep(0.2)
+        log.warning("final validation round did not complete within %.0f s", self.cfg.learner.eval_end_timeout_s)
 
     def _broadcast_weights(self) -> None:
         """Send the new version to the weight group, re-forming it first when actors asked to

@@ -86,13 +86,22 @@ def warm_start(out_dir: Path, episodes: int = 512, steps: int = 150, batch_size:
     data = [tokenize_episode(tokenizer, system_prompt, random_valid_episode(rng.randrange(10_000), i, turn_cap, rng))
             for i in range(episodes)]
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    # Linear decay to 0: the last steps average out the batch noise, so the model ends near the
+    # uniform choice among valid actions instead of wherever the last batches pushed it.
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / steps)
     model.train()
     loss = torch.tensor(0.0)
-    for _ in range(steps):
-        loss = sft_loss(model, rng.sample(data, batch_size))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a 1M model only waits on a second thread (10x the CPU on busy cores)
+    try:
+        for _ in range(steps):
+            loss = sft_loss(model, rng.sample(data, batch_size))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+    finally:
+        torch.set_num_threads(threads)
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)

@@ -153,6 +153,9 @@ def test_goals_are_ordered_by_depth_then_name_and_splits_partition_them() -> Non
     assert not train & test and train | test == set(splits["all"]) == set(range(len(catalog.goals)))
     for depth in range(1, 5):
         assert test & set(splits[f"depth{depth}"]), f"depth {depth} has no held-out goal"
+        # one depth's own train/test (a curriculum on depth 1, validated on unseen depth-1 goals)
+        assert set(splits[f"depth{depth}_test"]) == test & set(splits[f"depth{depth}"])
+        assert set(splits[f"depth{depth}_train"]) == train & set(splits[f"depth{depth}"])
     assert len(test) == sum(-(-len(splits[f"depth{depth}"]) // 5) for depth in range(1, 5))
 
 

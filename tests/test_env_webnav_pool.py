@@ -20,6 +20,7 @@ from envhub.config import EnvhubConfig
 from envhub.envs.webnav.browser import PoolSettings, browser_thread
 from envhub.envs.webnav.options import WebNavOptions
 from envhub.envs.webnav.scripted import ScriptedPolicy
+from tests.processes import process_tree
 from tests.servers import running_hub
 
 ENV_ID = "webnav-v0"
@@ -42,23 +43,13 @@ def pool_stats(options: dict) -> dict[str, int]:
 
 def renderer_pids() -> list[int]:
     """Chromium renderer processes descending from this process (started by this test run)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, stack = [], [os.getpid()]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            stack.append(child)
-            try:
-                if b"--type=renderer" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    found.append(child)
-            except OSError:
-                pass
+    found = []
+    for pid in process_tree(os.getpid())[1:]:
+        try:
+            if b"--type=renderer" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            pass  # gone meanwhile
     return found
 
 

@@ -65,6 +65,13 @@ def test_replay_trains_without_actors(one_rank):
     assert any(not torch.equal(weights[k], initial[k]) for k in weights), "replay did not change the weights"
 
 
+def test_a_time_limit_ends_the_run_like_max_steps_does(recorded, tmp_path):
+    run_dir = replay(recorded, tmp_path, "timed", "--max-steps", "1000", "--run.max_wall_s", "0.001")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["step"] == 1  # the limit is checked before each step: the first one always runs
+    assert (run_dir / "checkpoints" / "step_1" / "COMPLETE").exists()
+
+
 def test_two_ranks_give_the_same_update_as_one(recorded, one_rank, tmp_path):
     two = final_weights(replay(recorded, tmp_path, "two", "--max-steps", "3", "--learner-gpus", "2"), 3)
     # Adam divides by the gradient's running RMS, which turns float reduction-order noise on

@@ -4,7 +4,8 @@ The agent starts in a hall with a locked door and three rooms. The first observa
 which room a key jingles in. Optimal play takes 4 turns:
 `go <key room>`, `take key`, `go hall`, `open door` -> reward 1, success.
 Task id and seed decide (deterministically) which 3 of the 6 rooms exist and which holds the key.
-Observations stay short (< 200 characters) because a tiny model reads them.
+Observations stay short (< 200 characters) because a tiny model reads them. A reply is either
+the bare command or ends with ``Action: <command>`` (AgentGym's format, for instruction-tuned models).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from envhub.actions import MalformedAction, extract_action
 from envhub.base import Environment, StepResult
 from envhub.options import parse_options
 
@@ -92,7 +94,8 @@ class KeyDoorEnv(Environment):
         if self._done:
             raise RuntimeError("step() called after the episode ended; call reset() first")
         await self._wait()
-        command = normalize_action(action)
+        reply = extract_action(action, require_marker=False)  # "Action: go attic" or a bare "go attic"
+        command = "" if isinstance(reply, MalformedAction) else normalize_action(reply)
         if command == "open door":
             return self._open_door()
         if command == "take key":

@@ -46,6 +46,7 @@ from common.paths import default_cache_dir
 from common.protocol import TaskLease
 from common.weight_sync import WeightBroadcaster, WeightReceiver, plan_buckets
 from envhub.client import EnvClient
+from learner.config import LearnerConfig
 from tests.bench.envhub_bench import REPO, start_server
 from tests.bench.run_all import write_json
 
@@ -53,7 +54,7 @@ ENV_ID = "keydoor-v0"
 CONCURRENCY_LEVELS = (1, 8, 64)
 SCRIPTED_ACTION = "look"
 """Not a keydoor command: every step answers "Unknown action", so episodes run to the turn cap."""
-DEFAULT_BUCKET_MB = 16
+DEFAULT_BUCKET_MB = int(LearnerConfig().bucket_mb)
 """The learner's default ``bucket_mb``."""
 TIMEOUT_S = 120.0
 

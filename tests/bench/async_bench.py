@@ -4,10 +4,10 @@ Not a test: it prints one table of figures, each as a ratio against the synchron
 in the same invocation, and asserts nothing.
 
 The workload (``configs/longtail.yaml``): the tiny model on the toy env with long-tailed env
-latency (20 ms a step; 1 task in 8 takes 400 ms a step), ``groups_per_step`` 8, 2 actors.
+latency (100 ms a step; 1 task in 4 takes 3 s a step), ``groups_per_step`` 8, 2 actors.
 - sync (``--run.mode sync``): lease a batch, wait for its slowest episode, train, broadcast,
   lease the next (the reference systems' loop);
-- async (the default): leases flow within ``max_policy_lag`` 2, so slow episodes finish while
+- async (the default): leases flow within ``max_policy_lag`` 4, so slow episodes finish while
   the next batches are generated and trained.
 Figures: the learner's wall time to reach the same number of steps, and trained samples/s
 (episodes consumed by the learner per second of its loop), async over sync.
@@ -70,10 +70,10 @@ def print_table(rows: list[tuple]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer learner steps (about 2 minutes)")
-    parser.add_argument("--max-steps", type=int, help="learner steps per run (default 12, --quick 6)")
+    parser.add_argument("--max-steps", type=int, help="learner steps per run (default 12, --quick 3)")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON (for run_all.py)")
     args, extra = parser.parse_known_args()
-    max_steps = args.max_steps or (6 if args.quick else 12)
+    max_steps = args.max_steps or (3 if args.quick else 12)
     print(f"workload {CONFIG}, {max_steps} learner steps per mode; extra overrides {extra or 'none'}")
     rows = compare(max_steps, extra)
     print_table(rows)

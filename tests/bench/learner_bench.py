@@ -63,7 +63,7 @@ class Case:
     timed_steps: int
 
 
-QUICK = [Case("tiny", 16, 512, 3)]
+QUICK = [Case("tiny", 8, 256, 3)]
 FULL = [Case("tiny", 16, 512, 3), Case("smollm2-135m", 4, 128, 2)]
 
 

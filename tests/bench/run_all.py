@@ -117,7 +117,7 @@ def run_bench(name: str, quick: bool, timeout_s: float) -> BenchRun:
 
 
 def goal_met(goal: str, ratio: float) -> str:
-    """"yes" or "no" for a goal such as ">= 0.5"; empty when there is no goal."""
+    """Whether the ratio meets a goal such as ">= 0.5": "yes", "no", or empty when there is no goal."""
     match = re.fullmatch(r"\s*(>=|<=|>|<)\s*([0-9.]+)\s*x?\s*", goal or "")
     if not match:
         return ""

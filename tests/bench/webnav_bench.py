@@ -17,7 +17,7 @@ Not a test: it prints figures and asserts nothing. It
     .venv/bin/python -m tests.bench.webnav_bench [--sessions 1 8] [--steps 30] [--quick] [--json PATH]
         [--envhub.env_options '{webnav-v0: {viewport_only: false}}']
 
-``--quick``: 1 and 4 sessions x 12 steps; ``--json PATH`` also writes the ratios as JSON for
+``--quick``: 1 and 4 sessions x 8 steps; ``--json PATH`` also writes the ratios as JSON for
 tests/bench/run_all.py.
 """
 
@@ -37,26 +37,9 @@ from envhub.client import EnvClient, EnvClientError
 from envhub.envs.webnav.scripted import ScriptedPolicy
 from tests.bench.envhub_bench import SessionSlot, Timings, cpu_s, start_server
 from tests.bench.run_all import write_json
+from tests.processes import process_tree
 
 ENV_ID = "webnav-v0"
-
-
-def process_tree(root: int) -> list[int]:
-    """`root` and every process descending from it."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    tree, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        tree.append(pid)
-        stack.extend(children.get(pid, []))
-    return tree
 
 
 def tree_pss_mib(root: int) -> tuple[float, int]:
@@ -199,12 +182,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, nargs="+",
                         help="concurrent sessions, one round each (default 1 8, --quick 1 4)")
-    parser.add_argument("--steps", type=int, help="steps per session per round (default 30, --quick 12)")
+    parser.add_argument("--steps", type=int, help="steps per session per round (default 30, --quick 8)")
     parser.add_argument("--quick", action="store_true", help="fewer sessions and steps")
     parser.add_argument("--json", metavar="PATH", help="also write the ratios as JSON (for run_all.py)")
     args = parser.parse_args(own)
     args.sessions = args.sessions or ([1, 4] if args.quick else [1, 8])
-    args.steps = args.steps or (12 if args.quick else 30)
+    args.steps = args.steps or (8 if args.quick else 30)
     options = dict(load_config(None, overrides).envhub.env_options.get(ENV_ID, {}))
     server, url = start_server(["--step_timeout_s", "60", *overrides], max_sessions=max(args.sessions) + 16)
     try:

@@ -51,6 +51,9 @@ class Catalog:
         test = sorted(number for numbers in by_depth.values() for number in numbers[::TEST_EVERY])
         held_out = set(test)
         splits = {f"depth{depth}": numbers for depth, numbers in sorted(by_depth.items())}
+        for depth, numbers in sorted(by_depth.items()):  # held-out goals of one depth, for curricula
+            splits[f"depth{depth}_train"] = [number for number in numbers if number not in held_out]
+            splits[f"depth{depth}_test"] = [number for number in numbers if number in held_out]
         splits["train"] = [number for number in range(len(self.goals)) if number not in held_out]
         splits["test"] = test
         splits["all"] = list(range(len(self.goals)))
