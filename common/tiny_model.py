@@ -56,6 +56,10 @@ _CORPUS_LINES = (
     "I think I should open the door, then go to the kitchen and take the key.",
     "Your task is to reach the goal. You see a red ball, a blue box and a green key.",
     "turn left", "turn right", "move forward", "pick up the key", "toggle the door",
+    # The toy env's rooms (envhub/envs/keydoor.py), so each is one token, as common words are in
+    # a real tokenizer: the tiny model then copies a room name as one token, not five bytes.
+    "Rooms: kitchen, garden, attic, cellar, library, study. A key jingles in the attic.",
+    "go attic", "go cellar", "go library", "go study", "A key lies here. Nothing here.",
 )
 
 

@@ -258,7 +258,8 @@ class Trainer:
                 entropy[micro.positions, :micro.width] = out["entropy"]
         stats = self._policy_stats(batch, constants, rows, mask, keep, logprobs, entropy)
         stats.update(losses, entropy=float(masked_mean(entropy, mask)))
-        stats["grad_norm"] = _clip_and_step(self.policy, self.optimizer, self.cfg.max_grad_norm)
+        stats["grad_norm"], skipped = _clip_and_step(self.policy, self.optimizer, self.cfg.max_grad_norm)
+        stats["skipped_zero_grad"] = float(skipped)
         return stats
 
     def _policy_backward(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, keep: torch.Tensor,
@@ -323,7 +324,7 @@ class Trainer:
                 values[at, :width] = predicted.detach()
         _, stats = value_token_losses(values, old_values, returns, mask, self.cfg.algorithm.value_clip)
         stats["value_loss"] = total
-        stats["critic_grad_norm"] = _clip_and_step(self.critic.model, self.critic.optimizer, self.cfg.max_grad_norm)
+        stats["critic_grad_norm"], _ = _clip_and_step(self.critic.model, self.critic.optimizer, self.cfg.max_grad_norm)
         return stats
 
     def _denominator(self, keep: torch.Tensor, real: bool) -> torch.Tensor:
@@ -371,11 +372,24 @@ def plan_micro_batches(lengths: torch.Tensor, budget_tokens: int) -> list[torch.
     return [torch.tensor(group) for group in groups]
 
 
-def _clip_and_step(module: torch.nn.Module, optimizer, max_grad_norm: float) -> float:
-    """Clip the accumulated gradients to ``max_grad_norm``, step; returns the pre-clip global norm."""
-    grad_norm = torch.nn.utils.clip_grad_norm_(module.parameters(), max_grad_norm)
-    optimizer.step()
-    return float(_to_local(grad_norm))
+def _clip_and_step(module: torch.nn.Module, optimizer, max_grad_norm: float) -> tuple[float, bool]:
+    """Clip the accumulated gradients to ``max_grad_norm`` and step; returns the pre-clip global
+    norm and whether the step was skipped.
+
+    A gradient of exactly 0 (every group of the batch all-success or all-failure, and no KL or
+    entropy term) carries no learning signal, but AdamW would still move every weight by its
+    momentum and weight decay: step after step of such batches drifts a small model into noise.
+    Such a step is skipped; the norm is global, so every rank skips together.
+    """
+    grad_norm = float(_to_local(torch.nn.utils.clip_grad_norm_(module.parameters(), max_grad_norm)))
+    skipped = grad_norm == 0.0
+    if skipped:
+        # No grads at all, not zeros: a checkpoint of an optimizer that never stepped then
+        # initializes its state (torch.distributed.checkpoint does so only when no grads exist).
+        optimizer.zero_grad(set_to_none=True)
+    else:
+        optimizer.step()
+    return grad_norm, skipped
 
 
 def _to_local(value: torch.Tensor) -> torch.Tensor:
@@ -383,7 +397,7 @@ def _to_local(value: torch.Tensor) -> torch.Tensor:
     return value.full_tensor() if hasattr(value, "full_tensor") else value
 
 
-_OPTIM_KEYS = ("grad_norm", "critic_grad_norm")
+_OPTIM_KEYS = ("grad_norm", "critic_grad_norm", "skipped_zero_grad")
 
 
 def _scalars(updates: list[dict[str, float]], batch_scalars: dict[str, float]) -> dict[str, float]:

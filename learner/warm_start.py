@@ -12,7 +12,10 @@ the warm model plays like a random valid agent and has no policy to speak of. Th
 3. ``steps`` AdamW steps of cross-entropy on the action tokens, batches of ``batch_size``.
 4. Save the model and tokenizer with ``save_pretrained`` (loadable by ``model.name: <dir>``).
 
-    python -m learner.warm_start --out /tmp/keydoor-warm
+The keydoor options (rooms per task) and the system prompt come from the RL run's config, so
+the warm model reads the observations and prompt it will meet.
+
+    python -m learner.warm_start --config configs/learn_keydoor.yaml --out /tmp/keydoor-warm
 """
 
 from __future__ import annotations
@@ -26,15 +29,16 @@ import torch
 import torch.nn.functional as F
 
 from common.chat import ChatTokenBuffer
-from common.config import RolloutSection
+from common.config import RolloutSection, load_config
 from common.models import load_model, load_tokenizer, resolve_model
 from common.paths import default_cache_dir
 from envhub.envs.keydoor import KeyDoorEnv
 
 
-def random_valid_episode(task_id: int, seed: int, turn_cap: int, rng: random.Random) -> list[tuple[str, str]]:
+def random_valid_episode(task_id: int, seed: int, turn_cap: int, rng: random.Random,
+                         env_options: dict | None = None) -> list[tuple[str, str]]:
     """(observation, action) pairs of one episode played by uniformly random valid actions."""
-    env = KeyDoorEnv()
+    env = KeyDoorEnv(**(env_options or {}))
     observation, _ = asyncio.run(env.reset(str(task_id), seed))
     turns = []
     for _ in range(turn_cap):
@@ -77,14 +81,16 @@ def sft_loss(model, rows: list[tuple[list[int], list[int]]]) -> torch.Tensor:
 
 
 def warm_start(out_dir: Path, episodes: int = 512, steps: int = 150, batch_size: int = 8, lr: float = 3e-3,
-               turn_cap: int = 4, seed: int = 0, system_prompt: str = RolloutSection.system_prompt) -> float:
+               turn_cap: int = 4, seed: int = 0, system_prompt: str = RolloutSection.system_prompt,
+               env_options: dict | None = None) -> float:
     """Train and save the warm model; returns the last batch's loss."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     path = resolve_model("tiny", default_cache_dir())
     tokenizer, model = load_tokenizer(path), load_model(path, "float32")
-    data = [tokenize_episode(tokenizer, system_prompt, random_valid_episode(rng.randrange(10_000), i, turn_cap, rng))
-            for i in range(episodes)]
+    episodes_played = (random_valid_episode(rng.randrange(10_000), i, turn_cap, rng, env_options)
+                       for i in range(episodes))
+    data = [tokenize_episode(tokenizer, system_prompt, turns) for turns in episodes_played]
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     # Linear decay to 0: the last steps average out the batch noise, so the model ends near the
     # uniform choice among valid actions instead of wherever the last batches pushed it.
@@ -109,14 +115,24 @@ def warm_start(out_dir: Path, episodes: int = 512, steps: int = 150, batch_size:
     return float(loss.detach())
 
 
+def warm_start_for_run(config_path: str | None, out_dir: Path, **kwargs) -> float:
+    """``warm_start`` on what the RL run will meet: its keydoor options, its system prompt, and
+    episodes as long as its largest turn cap (so the warm model has met contexts as long as the
+    run's)."""
+    cfg = load_config(config_path)
+    return warm_start(out_dir, turn_cap=max(cfg.learner.horizon.turn_caps), system_prompt=cfg.rollout.system_prompt,
+                      env_options=cfg.envhub.env_options.get("keydoor-v0"), **kwargs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="folder for the warm model")
+    parser.add_argument("--config", help="the RL run's config: its keydoor options and system prompt")
     parser.add_argument("--episodes", type=int, default=512)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--lr", type=float, default=3e-3)
     args = parser.parse_args()
-    loss = warm_start(args.out, args.episodes, args.steps, lr=args.lr)
+    loss = warm_start_for_run(args.config, args.out, episodes=args.episodes, steps=args.steps, lr=args.lr)
     print(f"warm model in {args.out} (last batch loss {loss:.3f})")
 
 

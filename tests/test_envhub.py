@@ -191,6 +191,28 @@ def test_keydoor_is_deterministic_and_explains_bad_actions() -> None:
     asyncio.run(body())
 
 
+def test_keydoor_subgoal_rewards_are_paid_once_and_a_win_still_returns_one() -> None:
+    async def body() -> None:
+        env = KeyDoorEnv(room_pool=["kitchen", "garden"], rooms_per_task=2, subgoal_reward=0.25)
+        observation, _ = await env.reset("3", 0)
+        assert sorted(re.search(r"Rooms: ([a-z, ]+)\.", observation).group(1).split(", ")) == ["garden", "kitchen"]
+        key_room = _scripted_keydoor_actions(observation)[0]
+        results = [await env.step(a) for a in (key_room, "take key", "take key", "go hall", key_room, "go hall",
+                                                "open door")]
+        assert [r.reward for r in results] == [0.0, 0.25, 0.0, 0.25, 0.0, 0.0, 0.5]
+        assert "You hold the key" in results[3].observation  # the hall says what the agent holds
+        door = results[-1]
+        assert door.info["success"] is True
+        with pytest.raises(ValueError, match="rooms_per_task"):
+            KeyDoorEnv(rooms_per_task=7)
+        with pytest.raises(ValueError, match="room_pool"):
+            KeyDoorEnv(room_pool=["kitchen", "hall"])
+        with pytest.raises(ValueError, match="subgoal_reward"):
+            KeyDoorEnv(subgoal_reward=0.5)
+
+    asyncio.run(body())
+
+
 # --- session table -----------------------------------------------------------------------
 
 

@@ -7,22 +7,23 @@ import statistics
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from learner.warm_start import warm_start
+from learner.warm_start import warm_start_for_run
 from tests.launching import run_launch
 
 pytestmark = pytest.mark.slow
+CONFIG = "configs/learn_keydoor.yaml"
 
 
 @pytest.fixture(scope="module")
 def warm_model(tmp_path_factory):
     """The tiny model after a short supervised pass on random valid keydoor actions."""
     out = tmp_path_factory.mktemp("warm") / "model"
-    warm_start(out)
+    warm_start_for_run(CONFIG, out)
     return out
 
 
 def success_per_step(tmp_path, warm_model, *overrides: str) -> list[float]:
-    run_launch("--config", "configs/learn_keydoor.yaml", "--model.name", str(warm_model),
+    run_launch("--config", CONFIG, "--model.name", str(warm_model),
                "--output-dir", str(tmp_path), "--run-name", "learn", *overrides, timeout_s=900)
     acc = EventAccumulator(str(tmp_path / "learn" / "tb"))
     acc.Reload()

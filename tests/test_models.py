@@ -62,7 +62,8 @@ def test_tiny_model_is_deterministic_per_seed_and_keeps_global_rng(tmp_path):
 def test_resolve_tiny_builds_once_then_reuses(tmp_path):
     model_dir = resolve_model("tiny", tmp_path)
     weights_mtime_ns = (model_dir / "model.safetensors").stat().st_mtime_ns
-    assert resolve_model("tiny", tmp_path) == model_dir == tmp_path / "tiny-qwen2-seed0"
+    assert resolve_model("tiny", tmp_path) == model_dir and model_dir.parent == tmp_path
+    assert model_dir.name.startswith("tiny-qwen2-seed0-")  # + the tokenizer fixture's digest
     assert (model_dir / "model.safetensors").stat().st_mtime_ns == weights_mtime_ns
     assert load_model(model_dir, "bfloat16").dtype == torch.bfloat16
     assert load_tokenizer(model_dir).eos_token == "<|im_end|>"

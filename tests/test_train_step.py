@@ -105,6 +105,24 @@ def test_grpo_step_raises_the_logprob_of_the_better_episode(model_path):
     assert scalars["learner/is_weight_mean"] == pytest.approx(math.exp(0.1), rel=1e-4)
 
 
+def test_a_batch_without_learning_signal_leaves_the_weights_alone(model_path):
+    # Every group all-equal: GRPO advantages and the gradient are exactly 0. AdamW would still
+    # move the weights on the momentum of the step before and on weight decay; the step is skipped.
+    trainer = Trainer.build(model_path, "float32", make_cfg(lr=1e-2, learner={"weight_decay": 0.1}), TEMPERATURE)
+    first = trainer.step(make_batch(trainer.policy))
+    before = snapshot(trainer.policy)
+    flat = trainer.step(make_batch(trainer.policy, rewards=(0.0, 0.0, 1.0, 1.0), seed=1))
+    assert (first["optim/skipped_zero_grad"], flat["optim/skipped_zero_grad"]) == (0.0, 1.0)
+    assert flat["optim/grad_norm"] == 0.0 and not changed(before, trainer.policy)
+    assert math.isfinite(flat["learner/loss"])  # the step still reports its scalars
+    # A KL term is a signal of its own: with it the same batch does train.
+    with_kl = Trainer.build(model_path, "float32", make_cfg(lr=1e-2, kl_coef=0.1), TEMPERATURE)
+    with_kl.step(make_batch(with_kl.policy))
+    before = snapshot(with_kl.policy)
+    assert with_kl.step(make_batch(with_kl.policy, rewards=(0.0, 0.0, 1.0, 1.0), seed=1))["optim/skipped_zero_grad"] == 0.0
+    assert changed(before, with_kl.policy)
+
+
 def test_several_passes_anchor_the_trust_region_at_the_pre_update_policy(model_path):
     cfg = make_cfg(lr=1e-2, clip_eps=0.01, ppo_epochs=2, minibatches=2)
     trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)

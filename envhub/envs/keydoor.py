@@ -3,7 +3,8 @@
 The agent starts in a hall with a locked door and three rooms. The first observation says
 which room a key jingles in. Optimal play takes 4 turns:
 `go <key room>`, `take key`, `go hall`, `open door` -> reward 1, success.
-Task id and seed decide (deterministically) which 3 of the 6 rooms exist and which holds the key.
+Task id and seed decide (deterministically) which 3 of the 6 rooms exist and which holds the key
+(both counts are options, as is a progress reward for the key: ``KeyDoorOptions``).
 Observations stay short (< 200 characters) because a tiny model reads them. A reply is either
 the bare command or ends with ``Action: <command>`` (AgentGym's format, for instruction-tuned models).
 """
@@ -35,12 +36,23 @@ def normalize_action(action: str) -> str:
 
 @dataclass(frozen=True)
 class KeyDoorOptions:
-    """Simulated step latency (``envhub.env_options: {keydoor-v0: {...}}``), off by default.
+    """Difficulty and simulated step latency (``envhub.env_options: {keydoor-v0: {...}}``).
 
     Real agent environments take 10 ms to seconds per step (a browser, a search API, a
     compiler) and a few tasks are far slower than the rest; this toy env can mimic that, so
-    the cost of waiting for the slowest episode (synchronous RL) can be measured.
+    the cost of waiting for the slowest episode (synchronous RL) can be measured. Latency is off
+    by default.
     """
+
+    room_pool: tuple[str, ...] = ROOM_POOL
+    """Rooms the tasks draw from (one lower-case word each, not "hall")."""
+    rooms_per_task: int = ROOMS_PER_TASK
+    """Rooms of each task (2 to the pool's size), one of them holding the key."""
+    subgoal_reward: float = 0.0
+    """Progress reward for each subgoal, paid once: taking the key, and bringing it to the hall;
+    opening the door pays the rest (``1 - 2 * subgoal_reward``), so a won episode returns 1.
+    Like ScienceWorld's partial score, it lets a policy that plays at random (1 win in 200 at 6
+    turns with 3 rooms) learn from the episodes that got part of the way."""
 
     step_latency_s: float = 0.0
     """Seconds every reset and step waits before answering."""
@@ -52,6 +64,14 @@ class KeyDoorOptions:
     def __post_init__(self) -> None:
         if min(self.step_latency_s, self.slow_step_latency_s) < 0 or not 0 <= self.slow_task_fraction <= 1:
             raise ValueError("keydoor-v0: latencies must be >= 0 and slow_task_fraction in [0, 1]")
+        object.__setattr__(self, "room_pool", tuple(self.room_pool))  # a YAML list
+        if len(set(self.room_pool)) != len(self.room_pool) or not all(
+                re.fullmatch(r"[a-z]+", room) and room != "hall" for room in self.room_pool):
+            raise ValueError(f"keydoor-v0: room_pool must hold distinct lower-case words other than hall; "
+                             f"got {self.room_pool!r}")
+        if not 2 <= self.rooms_per_task <= len(self.room_pool) or not 0 <= self.subgoal_reward < 0.5:
+            raise ValueError(f"keydoor-v0: rooms_per_task must be in [2, {len(self.room_pool)}] (the room pool) "
+                             "and subgoal_reward in [0, 0.5)")
 
     def latency_s(self, task_id: str) -> float:
         draw = int(hashlib.sha256(f"slow:{task_id}".encode()).hexdigest()[:8], 16) / 16**8
@@ -75,15 +95,16 @@ class KeyDoorEnv(Environment):
         self._key_room = ""
         self._location = "hall"
         self._has_key = False
+        self._brought_key = False
         self._done = True
 
     async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
         self._latency_s = self.options.latency_s(task_id)
         await self._wait()
         rng = random.Random(f"keydoor:{int(task_id)}:{int(seed)}")
-        self._rooms = tuple(rng.sample(ROOM_POOL, ROOMS_PER_TASK))
+        self._rooms = tuple(rng.sample(self.options.room_pool, self.options.rooms_per_task))
         self._key_room = rng.choice(self._rooms)
-        self._location, self._has_key, self._done = "hall", False, False
+        self._location, self._has_key, self._brought_key, self._done = "hall", False, False, False
         observation = (
             f"You are in a hall with a locked door. Rooms: {', '.join(self._rooms)}. "
             f"A key jingles in the {self._key_room}. {ACTIONS_HELP}"
@@ -99,10 +120,14 @@ class KeyDoorEnv(Environment):
         if command == "open door":
             return self._open_door()
         if command == "take key":
-            return self._continue(self._take_key())
+            took_key = not self._has_key and self._location == self._key_room
+            return self._continue(self._take_key(), self.options.subgoal_reward if took_key else 0.0)
         go_match = _GO_PATTERN.match(command)
         if go_match:
-            return self._continue(self._go(go_match.group(1)))
+            observation = self._go(go_match.group(1))
+            brought_key = self._has_key and self._location == "hall" and not self._brought_key
+            self._brought_key = self._brought_key or brought_key
+            return self._continue(observation, self.options.subgoal_reward if brought_key else 0.0)
         return self._continue(f"Unknown action. {ACTIONS_HELP}")
 
     def valid_actions(self) -> list[str]:
@@ -112,7 +137,10 @@ class KeyDoorEnv(Environment):
     def _go(self, place: str) -> str:
         if place == "hall":
             self._location = "hall"
-            return f"You are in the hall. The door is here. Rooms: {', '.join(self._rooms)}."
+            # Say what the agent holds, as a text game's room description would: the right move
+            # here (open the door, or fetch the key) then shows in the latest observation.
+            holding = "You hold the key." if self._has_key else "The key is not here."
+            return f"You are in the hall. The door is here. {holding} Rooms: {', '.join(self._rooms)}."
         if place not in self._rooms:
             return f"There is no {place[:20]} here. Rooms: {', '.join(self._rooms)}."
         self._location = place
@@ -134,10 +162,11 @@ class KeyDoorEnv(Environment):
         if not self._has_key:
             return self._continue("The door is locked.")
         self._done = True
-        return StepResult("The door opens. You escaped!", 1.0, True, False, self._info(success=True))
+        return StepResult("The door opens. You escaped!", 1.0 - 2 * self.options.subgoal_reward, True, False,
+                          self._info(success=True))
 
-    def _continue(self, observation: str) -> StepResult:
-        return StepResult(observation, 0.0, False, False, self._info(success=False))
+    def _continue(self, observation: str, reward: float = 0.0) -> StepResult:
+        return StepResult(observation, reward, False, False, self._info(success=False))
 
     async def _wait(self) -> None:
         if self._latency_s > 0:
