@@ -120,14 +120,15 @@ class KeyDoorEnv(Environment):
         if command == "open door":
             return self._open_door()
         if command == "take key":
-            took_key = not self._has_key and self._location == self._key_room
-            return self._continue(self._take_key(), self.options.subgoal_reward if took_key else 0.0)
+            had_key = self._has_key
+            observation = self._take_key()
+            return self._continue(observation, self._subgoal_reward(self._has_key and not had_key))
         go_match = _GO_PATTERN.match(command)
         if go_match:
             observation = self._go(go_match.group(1))
             brought_key = self._has_key and self._location == "hall" and not self._brought_key
             self._brought_key = self._brought_key or brought_key
-            return self._continue(observation, self.options.subgoal_reward if brought_key else 0.0)
+            return self._continue(observation, self._subgoal_reward(brought_key))
         return self._continue(f"Unknown action. {ACTIONS_HELP}")
 
     def valid_actions(self) -> list[str]:
@@ -164,6 +165,9 @@ class KeyDoorEnv(Environment):
         self._done = True
         return StepResult("The door opens. You escaped!", 1.0 - 2 * self.options.subgoal_reward, True, False,
                           self._info(success=True))
+
+    def _subgoal_reward(self, reached: bool) -> float:
+        return self.options.subgoal_reward if reached else 0.0
 
     def _continue(self, observation: str, reward: float = 0.0) -> StepResult:
         return StepResult(observation, reward, False, False, self._info(success=False))
