@@ -27,6 +27,7 @@ class Command(IntEnum):
     TRAIN = 0
     CHECKPOINT = 1
     STOP = 2
+    GATHER = 3  # resend the current weights to the actors: every rank joins the gather
 
 
 def world() -> tuple[int, int]:

@@ -3,7 +3,7 @@
 1. Join the learner's process group and shard the policy with FSDP2 like rank 0.
 2. Loop: receive a command from rank 0;
    train -> receive the batch, train on this rank's rows, join the weight gather;
-   checkpoint -> join the sharded save; stop -> return.
+   gather -> join the weight gather of a resend; checkpoint -> join the sharded save; stop -> return.
 
 Started by the launcher when ``--learner-gpus`` is above 1.
 """
@@ -49,6 +49,8 @@ class Follower:
                 if not self.cfg.run.replay:
                     self.policy.full_parameters()  # rank 0 gathers the weights for the actors
                 steps += 1
+            elif command is Command.GATHER:
+                self.policy.full_parameters()  # rank 0 resends the weights to actors that missed them
             elif command is Command.CHECKPOINT:
                 self.policy.save(self.run_dir, step, loop_state={})
             else:

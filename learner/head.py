@@ -96,6 +96,10 @@ class HeadServer:
         with self._lock:
             return self.sampler.schedule_eval(tasks, group_size)
 
+    def has_join_requests(self) -> bool:
+        with self._lock:
+            return bool(self._join_requests)
+
     def take_join_requests(self) -> set[int]:
         """Actors that asked to join the weight group since the last call."""
         with self._lock:

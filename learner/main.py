@@ -9,7 +9,7 @@
       token is more than ``max_policy_lag`` versions old;
    b. broadcast the batch to the followers; advantages, PPO-clip loss against the behavior
       logprobs with a truncated importance weight, masked to assistant tokens; AdamW step;
-   c. version v becomes v+1; the horizon schedule gives the turn cap for the next leases;
+   c. version v becomes v+1 (not when no episode was trainable: the weights did not change); the horizon schedule gives the turn cap for the next leases;
    d. announce v+1 on PUB and broadcast the weights in fixed-size buckets to the weight group,
       re-formed first when actors asked to join (start, restart, a failed receive);
       (``run.mode: sync`` admits the next batch's leases only now, with a lag bound of 0: the
@@ -59,6 +59,9 @@ from learner.trained_log import TrainedLog
 
 log = logging.getLogger("learner")
 
+_RESEND_INTERVAL_S = 2.0
+"""At most one weight resend this often: stale groups arrive in bursts, one resend serves them all."""
+
 
 class Learner:
     """Rank 0; the launcher calls ``setup``, then ``run``; ``progress`` at any time."""
@@ -68,6 +71,7 @@ class Learner:
         self.cfg, self.run_dir, self.envhub_url, self.host = cfg, Path(run_dir), envhub_url, host
         self.master = master
         self.step, self.version, self._dropped_stale, self._broadcast_failures = 0, 0, 0, 0
+        self._actors_behind, self._last_resend_s, self._weight_resends = False, 0.0, 0
         self._progress: dict = {"step": 0}
         self._stop = threading.Event()
         self.live = not cfg.run.replay
@@ -170,7 +174,24 @@ class Learner:
         for group in stale:
             self.source.release(group)
         self._dropped_stale += len(stale)
+        if stale:
+            self._resend_if_actors_behind()
         return fresh
+
+    def _resend_if_actors_behind(self) -> None:
+        """Stale groups while some actor lacks the current weights (the last broadcast failed or
+        reached nobody, an actor restarted on the initial weights and asked to join): send them
+        again now. Waiting for the next step's broadcast could wait forever, since that step
+        needs fresh groups from those very actors (a lone restarted actor stalled a run so)."""
+        if not (self._actors_behind or self.source.has_join_requests()):
+            return
+        if time.monotonic() - self._last_resend_s < _RESEND_INTERVAL_S:
+            return
+        self._last_resend_s = time.monotonic()
+        self._weight_resends += 1
+        log.info("groups too stale to train on while actors are behind: resending version %d", self.version)
+        broadcast_command(Command.GATHER, self.step)
+        self._broadcast_weights()
 
     def _train_on(self, groups: list[Group], wait_s: float) -> None:
         t0 = time.monotonic()
@@ -183,7 +204,8 @@ class Learner:
             self.trained_log.record(batch, self.policy.trainer.last_advantages, self.step + 1)
         self.source.consume(len(groups))
         self.step += 1
-        self.version += 1
+        if batch is not None:  # no trained episode, no new weights: a version bump nobody receives
+            self.version += 1  # would make every later group look stale and stall the run
         t1 = time.monotonic()
         if episodes:  # the adaptive schedule decides on what this step saw
             self.horizon.observe(self.step, scalars["horizon/truncated_at_cap"], scalars["rollout/success"])
@@ -246,7 +268,8 @@ class Learner:
         joins = self.source.take_join_requests()
         members = sorted(set(self.broadcaster.members) | joins)
         if not members:
-            return  # nobody to send to; actors that join later get the then-current version
+            self._actors_behind = True  # nobody to send to; actors that join later get it resent
+            return
         try:
             if joins or not self.broadcaster.connected:
                 regroup = protocol.Control(command="regroup", generation=self.broadcaster.generation + 1,
@@ -256,7 +279,9 @@ class Learner:
             announce = self.broadcaster.plan(tensors, self.version)
             self.pub.send(protocol.encode(announce))
             self.broadcaster.send(announce, tensors)
+            self._actors_behind = False
         except BroadcastFailed as exc:
+            self._actors_behind = True
             self._broadcast_failures += 1
             log.warning("weight broadcast failed, the group is dropped and re-forms: %s", exc)
 
@@ -279,6 +304,7 @@ class Learner:
                 "async/weight_group_size": len(self.broadcaster.members),
                 "async/weight_group_generation": self.broadcaster.generation,
                 "async/broadcast_failures": self._broadcast_failures,
+                "async/weight_resends": self._weight_resends,
                 **envhub_scalars(self.envhub_url), **actor_scalars(dict(self.source.actor_stats)),
             })
         return out

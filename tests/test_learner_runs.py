@@ -1,6 +1,7 @@
 """The learner alone on recorded data: replay, 1 rank against 2, resume, and a killed learner."""
 
 import dataclasses
+import itertools
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from safetensors.torch import load_file
 from common import protocol
 from common.models import default_cache_dir, resolve_model
 from common.recording import Recorder, read_messages
+from learner.replay import recorded_groups
 from tests.launching import REPO, run_launch
 
 REPLAY = ("--config", "configs/smoke.yaml", "--learner.groups_per_step", "2", "--run.deterministic", "true",
@@ -70,6 +72,22 @@ def test_a_time_limit_ends_the_run_like_max_steps_does(recorded, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["step"] == 1  # the limit is checked before each step: the first one always runs
     assert (run_dir / "checkpoints" / "step_1" / "COMPLETE").exists()
+
+
+def test_a_step_without_a_trainable_episode_makes_no_new_policy_version(recorded, tmp_path):
+    # An envhub server dying can fail whole groups. Counting that step as a new version nobody
+    # receives made every later group look too stale to train on, and a live run stalled.
+    failed_leases = {g.lease.lease_id for g in itertools.islice(recorded_groups(recorded), 2)}
+    stream = tmp_path / "failed-first"
+    recorder = Recorder(stream / "trajectories.msgpack")
+    for episode in read_messages(recorded / "trajectories.msgpack"):
+        if episode.lease_id in failed_leases:
+            episode = dataclasses.replace(episode, status="env_error", finish_reason="env_error", error="server died")
+        recorder.write(protocol.encode(episode))
+    recorder.close()
+    summary = json.loads((replay(stream, tmp_path, "failed", "--max-steps", "3") / "summary.json").read_text())
+    assert summary["step"] == 3
+    assert summary["version"] == 2, "the step that trained on nothing published a new version"
 
 
 def test_two_ranks_give_the_same_update_as_one(recorded, one_rank, tmp_path):
