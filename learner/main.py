@@ -9,7 +9,8 @@
       token is more than ``max_policy_lag`` versions old;
    b. broadcast the batch to the followers; advantages, PPO-clip loss against the behavior
       logprobs with a truncated importance weight, masked to assistant tokens; AdamW step;
-   c. version v becomes v+1 (not when no episode was trainable: the weights did not change); the horizon schedule gives the turn cap for the next leases;
+   c. version v becomes v+1 (unless no episode was trainable: then the weights did not change);
+      the horizon schedule gives the turn cap for the next leases;
    d. announce v+1 on PUB and broadcast the weights in fixed-size buckets to the weight group,
       re-formed first when actors asked to join (start, restart, a failed receive);
       (``run.mode: sync`` admits the next batch's leases only now, with a lag bound of 0: the

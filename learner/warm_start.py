@@ -9,7 +9,10 @@ the warm model plays like a random valid agent and has no policy to speak of. Th
 1. Play ``episodes`` keydoor episodes in process with random valid actions (up to ``turn_cap``).
 2. Tokenize each as the actors do (``common/chat.py``): system prompt, observations as chat
    deltas (loss mask 0), each action plus the end-of-turn token (loss mask 1).
-3. ``steps`` AdamW steps of cross-entropy on the action tokens, batches of ``batch_size``.
+3. ``steps`` AdamW steps of cross-entropy on the action tokens, batches of ``batch_size``;
+   with ``observation_weight`` > 0, plus that weight times the cross-entropy on the other tokens
+   (the env's replies): the model learns to read the game, as a pretrained LM would bring, while
+   its actions stay uniformly random.
 4. Save the model and tokenizer with ``save_pretrained`` (loadable by ``model.name: <dir>``).
 
 The keydoor options (rooms per task) and the system prompt come from the RL run's config, so
@@ -64,8 +67,9 @@ def tokenize_episode(tokenizer, system_prompt: str, turns: list[tuple[str, str]]
     return buf.token_ids, buf.loss_mask
 
 
-def sft_loss(model, rows: list[tuple[list[int], list[int]]]) -> torch.Tensor:
-    """Mean cross-entropy over the action tokens of a right-padded batch."""
+def sft_loss(model, rows: list[tuple[list[int], list[int]]], observation_weight: float = 0.0) -> torch.Tensor:
+    """Mean cross-entropy over the action tokens of a right-padded batch, plus
+    ``observation_weight`` times the mean over the other tokens (prompt and env replies)."""
     width = max(len(ids) for ids, _ in rows)
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros(len(rows), width)
@@ -76,13 +80,17 @@ def sft_loss(model, rows: list[tuple[list[int], list[int]]]) -> torch.Tensor:
         attention[row, : len(token_ids)] = 1
     logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
     per_token = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-    target_mask = mask[:, 1:]
-    return (per_token * target_mask).sum() / target_mask.sum()
+    target_mask, real = mask[:, 1:], attention[:, 1:].float()
+    action_loss = (per_token * target_mask).sum() / target_mask.sum()
+    if not observation_weight:
+        return action_loss
+    text_mask = real * (1 - target_mask)
+    return action_loss + observation_weight * (per_token * text_mask).sum() / text_mask.sum().clamp(min=1)
 
 
 def warm_start(out_dir: Path, episodes: int = 512, steps: int = 150, batch_size: int = 8, lr: float = 3e-3,
                turn_cap: int = 4, seed: int = 0, system_prompt: str = RolloutSection.system_prompt,
-               env_options: dict | None = None) -> float:
+               env_options: dict | None = None, observation_weight: float = 0.0) -> float:
     """Train and save the warm model; returns the last batch's loss."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -101,7 +109,7 @@ def warm_start(out_dir: Path, episodes: int = 512, steps: int = 150, batch_size:
     torch.set_num_threads(1)  # a 1M model only waits on a second thread (10x the CPU on busy cores)
     try:
         for _ in range(steps):
-            loss = sft_loss(model, rng.sample(data, batch_size))
+            loss = sft_loss(model, rng.sample(data, batch_size), observation_weight)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -131,8 +139,11 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=512)
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--observation-weight", type=float, default=0.0,
+                        help="also learn to predict the env's replies, at this weight (actions stay random)")
     args = parser.parse_args()
-    loss = warm_start_for_run(args.config, args.out, episodes=args.episodes, steps=args.steps, lr=args.lr)
+    loss = warm_start_for_run(args.config, args.out, episodes=args.episodes, steps=args.steps, lr=args.lr,
+                              observation_weight=args.observation_weight)
     print(f"warm model in {args.out} (last batch loss {loss:.3f})")
 
 
