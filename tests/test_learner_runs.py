@@ -34,11 +34,18 @@ def final_weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
 def recorded(smoke_run, tmp_path_factory) -> Path:
     """The smoke run's stream with half of every group rewarded: a random tiny model never wins,
     and all-equal rewards give zero advantages, so nothing would move."""
-    folder = tmp_path_factory.mktemp("recorded")
-    recorder = Recorder(folder / "trajectories.msgpack")
-    for episode in read_messages(smoke_run[0] / "trajectories" / "trajectories.msgpack"):
+    def half_won(episode):
         won = episode.episode_index % 2 == 0
-        recorder.write(protocol.encode(dataclasses.replace(episode, reward=float(won), success=won)))
+        return dataclasses.replace(episode, reward=float(won), success=won)
+
+    return rewrite_stream(smoke_run[0] / "trajectories", tmp_path_factory.mktemp("recorded"), half_won)
+
+
+def rewrite_stream(recorded: Path, folder: Path, change) -> Path:
+    """``folder`` holding the stream of ``recorded`` with ``change`` applied to every episode."""
+    recorder = Recorder(folder / "trajectories.msgpack")
+    for episode in read_messages(recorded / "trajectories.msgpack"):
+        recorder.write(protocol.encode(change(episode)))
     recorder.close()
     return folder
 
@@ -78,13 +85,13 @@ def test_a_step_without_a_trainable_episode_makes_no_new_policy_version(recorded
     # An envhub server dying can fail whole groups. Counting that step as a new version nobody
     # receives made every later group look too stale to train on, and a live run stalled.
     failed_leases = {g.lease.lease_id for g in itertools.islice(recorded_groups(recorded), 2)}
-    stream = tmp_path / "failed-first"
-    recorder = Recorder(stream / "trajectories.msgpack")
-    for episode in read_messages(recorded / "trajectories.msgpack"):
-        if episode.lease_id in failed_leases:
-            episode = dataclasses.replace(episode, status="env_error", finish_reason="env_error", error="server died")
-        recorder.write(protocol.encode(episode))
-    recorder.close()
+
+    def fail_first_groups(episode):
+        if episode.lease_id not in failed_leases:
+            return episode
+        return dataclasses.replace(episode, status="env_error", finish_reason="env_error", error="server died")
+
+    stream = rewrite_stream(recorded, tmp_path / "failed-first", fail_first_groups)
     summary = json.loads((replay(stream, tmp_path, "failed", "--max-steps", "3") / "summary.json").read_text())
     assert summary["step"] == 3
     assert summary["version"] == 2, "the step that trained on nothing published a new version"
