@@ -72,6 +72,7 @@ class Learner:
         self.cfg, self.run_dir, self.envhub_url, self.host = cfg, Path(run_dir), envhub_url, host
         self.master = master
         self.step, self.version, self._dropped_stale, self._broadcast_failures = 0, 0, 0, 0
+        self._dropped_failed, self._failed_episodes = 0, []  # groups with no ok episode; metrics-only
         self._actors_behind, self._last_resend_s, self._weight_resends = False, 0.0, 0
         self._progress: dict = {"step": 0}
         self._stop = threading.Event()
@@ -165,10 +166,26 @@ class Learner:
                     log.info("replay stream exhausted at step %d", self.step)
                     return None, 0.0
                 continue
+            if not any(e.status == "ok" for e in group.episodes):
+                self._drop_failed(group)
+                continue
             groups.append(group)
             if self.live:
                 groups = self._drop_stale(groups)
         return groups, time.monotonic() - started
+
+    def _drop_failed(self, group: Group) -> None:
+        """A group none of whose episodes ended ok (an envhub server died under it) has nothing to
+        train on: release it rather than spend a step on it. Every step then trains and publishes
+        a new version; the staleness admission relies on that (a step that consumed groups
+        without a new version froze the admission bound, and a live run stalled). Its episodes
+        still count in the next step's rollout metrics, so the errors show."""
+        self.source.release(group)
+        self._dropped_failed += 1
+        self._failed_episodes.extend(group.episodes)
+        first = group.episodes[0] if group.episodes else None
+        log.warning("group %s (%s) has no ok episode (%s: %s): dropped untrained", group.lease.group_id,
+                    group.lease.env_id, first and first.status, first and first.error[:200])
 
     def _drop_stale(self, groups: list[Group]) -> list[Group]:
         fresh, stale = split_stale(groups, self.version, self.max_policy_lag)
@@ -196,17 +213,15 @@ class Learner:
 
     def _train_on(self, groups: list[Group], wait_s: float) -> None:
         t0 = time.monotonic()
-        episodes = [e for g in groups for e in g.episodes]
+        episodes, self._failed_episodes = self._failed_episodes + [e for g in groups for e in g.episodes], []
         scalars = rollout_scalars(episodes, self.version)
-        batch = collate(groups)
-        if batch is not None:
-            broadcast_command(Command.TRAIN, self.step)
-            scalars.update(self.policy.train(broadcast_batch(batch)))
-            self.trained_log.record(batch, self.policy.trainer.last_advantages, self.step + 1)
+        batch = collate(groups)  # every group has an ok episode (``_drop_failed``)
+        broadcast_command(Command.TRAIN, self.step)
+        scalars.update(self.policy.train(broadcast_batch(batch)))
+        self.trained_log.record(batch, self.policy.trainer.last_advantages, self.step + 1)
         self.source.consume(len(groups))
         self.step += 1
-        if batch is not None:  # no trained episode, no new weights: a version bump nobody receives
-            self.version += 1  # would make every later group look stale and stall the run
+        self.version += 1
         t1 = time.monotonic()
         if episodes:  # the adaptive schedule decides on what this step saw
             self.horizon.observe(self.step, scalars["horizon/truncated_at_cap"], scalars["rollout/success"])
@@ -214,7 +229,7 @@ class Learner:
         sync = self.cfg.run.mode == "sync"
         if not sync:  # async: new leases start at once, on the weights the actors have
             self.source.set_policy(self.version, turn_cap)
-        if self.live and batch is not None:
+        if self.live:
             self._broadcast_weights()
         if sync:  # sync: the next batch is leased only once the new weights are out
             self.source.set_policy(self.version, turn_cap)
@@ -294,7 +309,7 @@ class Learner:
             "perf/samples_per_s": len(episodes) / max(step_s, 1e-9),
             "perf/tokens_per_s": sum(len(e.token_ids) for e in episodes) / max(step_s, 1e-9),
             "horizon/turn_cap": turn_cap, "horizon/stage": self.horizon.stage_at(self.step),
-            "async/groups_dropped_stale": self._dropped_stale,
+            "async/groups_dropped_stale": self._dropped_stale, "async/groups_dropped_failed": self._dropped_failed,
         }
         if self.live:
             out.update({

@@ -48,9 +48,12 @@ def test_the_only_actor_killed_mid_run_is_restarted_and_the_run_goes_on(tmp_path
 
 
 def test_an_envhub_server_killed_mid_run_is_restarted_and_its_episodes_end_env_error(tmp_path):
+    # Long episodes (a 10-turn cap) so the sessions seen open are mid-episode when the kill
+    # lands, not between their last step and their close (a fast machine once saw no env_error).
     proc = subprocess.Popen(
         [sys.executable, "launch.py", "--config", "configs/smoke.yaml", "--output-dir", str(tmp_path),
-         "--run-name", "e", "--max-steps", "8", "--learner.eval_every", "0"],
+         "--run-name", "e", "--max-steps", "8", "--learner.eval_every", "0",
+         "--learner.horizon.turn_caps", "[10, 10]", "--rollout.max_episode_tokens", "2048"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:
@@ -81,12 +84,13 @@ def test_an_envhub_server_killed_mid_run_is_restarted_and_its_episodes_end_env_e
     assert any(t.status == "ok" for t in recorded[failed[-1] + 1:]), "no ok episode after the restart"
 
 
-def _wait_for_open_sessions(url: str, timeout_s: float = 60.0) -> None:
+def _wait_for_open_sessions(url: str, at_least: int = 4, timeout_s: float = 60.0) -> None:
+    """Until ``at_least`` sessions (a whole group) are open on the server at ``url``."""
     no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with no_proxy.open(f"{url}/health", timeout=5) as answer:
-            if json.load(answer).get("sessions", 0) > 0:
+            if json.load(answer).get("sessions", 0) >= at_least:
                 return
         time.sleep(0.05)
-    raise AssertionError(f"no session opened on {url} within {timeout_s} s")
+    raise AssertionError(f"fewer than {at_least} sessions open on {url} within {timeout_s} s")

@@ -81,9 +81,10 @@ def test_a_time_limit_ends_the_run_like_max_steps_does(recorded, tmp_path):
     assert (run_dir / "checkpoints" / "step_1" / "COMPLETE").exists()
 
 
-def test_a_step_without_a_trainable_episode_makes_no_new_policy_version(recorded, tmp_path):
-    # An envhub server dying can fail whole groups. Counting that step as a new version nobody
-    # receives made every later group look too stale to train on, and a live run stalled.
+def test_groups_with_no_ok_episode_are_dropped_untrained_and_every_step_trains(recorded, tmp_path):
+    # An envhub server dying can fail whole groups. A step spent on them published either a
+    # version nobody received (every later group then looked too stale to train on) or none
+    # while consuming admission slots (the lease bound froze); either way a live run stalled.
     failed_leases = {g.lease.lease_id for g in itertools.islice(recorded_groups(recorded), 2)}
 
     def fail_first_groups(episode):
@@ -92,9 +93,13 @@ def test_a_step_without_a_trainable_episode_makes_no_new_policy_version(recorded
         return dataclasses.replace(episode, status="env_error", finish_reason="env_error", error="server died")
 
     stream = rewrite_stream(recorded, tmp_path / "failed-first", fail_first_groups)
-    summary = json.loads((replay(stream, tmp_path, "failed", "--max-steps", "3") / "summary.json").read_text())
-    assert summary["step"] == 3
-    assert summary["version"] == 2, "the step that trained on nothing published a new version"
+    run_dir = replay(stream, tmp_path, "failed", "--max-steps", "3")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["step"] == 3 and summary["version"] == 3
+    assert summary["ledger"]["released"] == 2 and summary["ledger"]["consumed"] == 3 * 2
+    trained = {t.lease_id for t in read_messages(run_dir / "trajectories" / "trained.msgpack")
+               if isinstance(t, protocol.TrainedSample)}
+    assert trained and not trained & failed_leases
 
 
 def test_two_ranks_give_the_same_update_as_one(recorded, one_rank, tmp_path):
