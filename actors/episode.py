@@ -9,6 +9,7 @@ budget, or the env's own limit) or on an error; the reason and status travel wit
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -46,6 +47,8 @@ class EpisodeOutcome:
     status: str = "ok"
     error: str = ""
     num_turns: int = 0
+    turn_rewards: list[float] = field(default_factory=list)
+    turn_observations: list[int] = field(default_factory=list)
     env_info: dict = field(default_factory=dict)
     timings: dict = field(default_factory=lambda: {"generate_s": 0.0, "env_s": 0.0})
 
@@ -61,7 +64,7 @@ async def run_episode(lease: TaskLease, index: int, deps: EpisodeDeps) -> Trajec
         out.timings["env_s"] += time.monotonic() - t
         session_id = session.session_id
         buf.start(session.observation)
-        await _play(lease, buf, deps, session_id, out)
+        await _play(lease, buf, deps, session_id, session.observation, out)
     except EnvClientError as exc:
         _fail(out, _env_failure_status(exc), exc)
     except EngineError as exc:
@@ -73,7 +76,8 @@ async def run_episode(lease: TaskLease, index: int, deps: EpisodeDeps) -> Trajec
     return _trajectory(lease, index, deps.actor_id, buf, out)
 
 
-async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, session_id: str, out: EpisodeOutcome) -> None:
+async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, session_id: str, observation: str,
+                out: EpisodeOutcome) -> None:
     while True:
         if out.num_turns >= lease.turn_cap:
             out.truncated, out.finish_reason = True, "turn_cap"
@@ -91,6 +95,8 @@ async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sessi
         out.timings["env_s"] += time.monotonic() - t
         out.num_turns += 1
         out.reward += result.reward
+        out.turn_rewards.append(float(result.reward))
+        out.turn_observations.append(observation_fingerprint(observation))
         out.env_info = dict(result.info)
         if result.terminated or result.truncated:
             out.success = bool(result.info.get("success", False))
@@ -98,6 +104,12 @@ async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sessi
             out.finish_reason = "terminated" if result.terminated else "env_truncated"
             return
         buf.append_observation(result.observation)
+        observation = result.observation
+
+
+def observation_fingerprint(observation: str) -> int:
+    """64 bits of BLAKE2b of the text: equal observations, equal fingerprints, in every process."""
+    return int.from_bytes(hashlib.blake2b(observation.encode(), digest_size=8).digest(), "little")
 
 
 async def _create_session(lease: TaskLease, deps: EpisodeDeps):
@@ -140,6 +152,8 @@ def _trajectory(lease: TaskLease, index: int, actor_id: int, buf: ChatTokenBuffe
         token_ids=arrays["token_ids"], loss_mask=arrays["loss_mask"],
         behavior_logprobs=arrays["logprobs"], token_versions=arrays["versions"],
         turn_spans=arrays["turn_spans"].reshape(-1, 2).astype(np.int32),
+        turn_rewards=np.asarray(out.turn_rewards, dtype=np.float32),
+        turn_observations=np.asarray(out.turn_observations, dtype=np.uint64),
         reward=float(min(max(out.reward, 0.0), 1.0)), success=out.success,
         terminated=out.terminated, truncated=out.truncated, finish_reason=out.finish_reason,
         status=out.status, error=out.error, num_turns=out.num_turns, turn_cap=lease.turn_cap,

@@ -30,8 +30,11 @@ class ProtocolError(ValueError):
     """A wire message that cannot be decoded into its declared type."""
 
 
-def array_field(dtype: str) -> Any:
-    """Declare an ndarray field with its required little-endian dtype (e.g. ``"<i4"``)."""
+def array_field(dtype: str, optional: bool = False) -> Any:
+    """Declare an ndarray field with its required little-endian dtype (e.g. ``"<i4"``);
+    ``optional``: empty when absent (a field added later, missing from older recordings)."""
+    if optional:
+        return field(default_factory=lambda: np.zeros(0, np.dtype(dtype)), metadata={"dtype": np.dtype(dtype)})
     return field(metadata={"dtype": np.dtype(dtype)})
 
 
@@ -81,6 +84,12 @@ class Trajectory:
     behavior_logprobs: np.ndarray = array_field("<f4")
     token_versions: np.ndarray = array_field("<i4")
     turn_spans: np.ndarray = array_field("<i4")
+    turn_rewards: np.ndarray = array_field("<f4", optional=True)
+    """The env's reward for each turn (``num_turns`` of them, unclipped; ``reward`` is their sum
+    clipped to [0, 1])."""
+    turn_observations: np.ndarray = array_field("<u8", optional=True)
+    """A 64-bit fingerprint of the observation each turn answered (``observation_fingerprint``):
+    turns of one group that saw the same observation share an anchor state (GiGPO)."""
     reward: float = 0.0
     success: bool = False
     terminated: bool = False

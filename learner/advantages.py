@@ -16,6 +16,11 @@ Estimators (``learner.algorithm.advantage``):
   assistant token, optionally minus ``kl_coef * KL`` on every assistant token), discounted
   returns-to-go, then whitened with the mean and std of *all* assistant tokens in the batch.
 - GAE (Schulman et al. 2016) with a learned value per assistant token (PPO with a critic).
+- GiGPO (Feng et al. 2025, arXiv 2505.10978): GRPO's episode advantage plus a *step* advantage
+  for each turn: the turns of one group that answered the same observation (an anchor state)
+  form a step group, and a turn's discounted return-to-go is normalized within it. Two turns
+  from the same state that did different things are compared directly, so credit goes to the
+  action that was good *there*, not to whatever action is common in won episodes; no critic.
 
 Multi-turn episodes interleave assistant turns with environment observations. The return and
 TD recursions run over assistant tokens only: the env tokens between two turns belong to the
@@ -213,6 +218,45 @@ def gae_advantages(
         next_value = torch.where(keep[:, t], values[:, t], next_value)
         advantages[:, t] = torch.where(keep[:, t], step, torch.zeros_like(step))
     return advantages, advantages + values
+
+
+def turn_returns(turn_rewards: torch.Tensor, turn_row: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Discounted return-to-go of every turn -> [N]: ``R_k = r_k + gamma * R_{k+1}`` within its row.
+
+    ``turn_rewards``, ``turn_row``: [N], the turns of the batch with the row (episode) each belongs
+    to; a row's turns must appear in order (they need not be contiguous with each other's rows).
+    """
+    if turn_rewards.dim() != 1 or turn_row.shape != turn_rewards.shape:
+        raise ValueError(f"turn_rewards and turn_row must both be [N]; got {tuple(turn_rewards.shape)} "
+                         f"and {tuple(turn_row.shape)}")
+    returns = torch.zeros_like(turn_rewards)
+    running: dict[int, torch.Tensor] = {}
+    for n in reversed(range(turn_rewards.shape[0])):
+        row = int(turn_row[n])
+        returns[n] = turn_rewards[n] + gamma * running.get(row, 0.0)
+        running[row] = returns[n]
+    return returns
+
+
+def gigpo_advantages(
+    episode_advantages: torch.Tensor, step_advantages: torch.Tensor, turn_row: torch.Tensor,
+    turn_spans: torch.Tensor, loss_mask: torch.Tensor, step_weight: float,
+) -> torch.Tensor:
+    """GiGPO token advantages -> [B, T]: each episode's advantage on all its assistant tokens,
+    plus ``step_weight`` times each turn's step advantage on that turn's tokens.
+
+    ``episode_advantages``: [B] (``grpo_advantages`` of the outcomes); ``step_advantages``: [N]
+    (``grpo_advantages`` of ``turn_returns`` over anchor-state groups); ``turn_row``: [N];
+    ``turn_spans``: [N, 2] ``[start, end)`` of each turn's tokens in its row.
+    """
+    if turn_spans.shape != (turn_row.shape[0], 2) or step_advantages.shape != turn_row.shape:
+        raise ValueError(f"need step_advantages [N], turn_row [N], turn_spans [N, 2]; got "
+                         f"{tuple(step_advantages.shape)}, {tuple(turn_row.shape)}, {tuple(turn_spans.shape)}")
+    per_turn = torch.zeros(loss_mask.shape, dtype=episode_advantages.dtype, device=loss_mask.device)
+    for (start, end), row, value in zip(turn_spans.tolist(), turn_row.tolist(), step_advantages.tolist()):
+        per_turn[row, start:end] = value
+    keep = loss_mask.to(per_turn.dtype)
+    return sequence_to_token_advantages(episode_advantages, loss_mask) + step_weight * per_turn * keep
 
 
 def _check_tokens(per_token: torch.Tensor, loss_mask: torch.Tensor, name: str) -> None:

@@ -14,6 +14,7 @@ import torch
 
 from common.protocol import Trajectory
 from learner.head import Group
+from learner.turns import BatchTurns, batch_turns
 
 
 @dataclass
@@ -28,13 +29,14 @@ class Batch:
     rewards: torch.Tensor  # [B] float
     group_index: torch.Tensor  # [B] long
     episodes: list[Trajectory]
+    turns: BatchTurns | None = None  # every turn's reward and anchor state; None if not recorded
 
     def to(self, device: torch.device) -> Batch:
         """The same batch with every tensor on ``device`` (the learner's GPU, on GPU machines)."""
         moved = {name: getattr(self, name).to(device) for name in
                  ("token_ids", "attention_mask", "loss_mask", "behavior_logprobs", "token_versions", "rewards",
                   "group_index")}
-        return Batch(**moved, episodes=self.episodes)
+        return Batch(**moved, episodes=self.episodes, turns=self.turns)
 
 
 def policy_lag(episode: Trajectory, version: int) -> int:
@@ -75,4 +77,5 @@ def collate(groups: list[Group]) -> Batch | None:
         rewards=torch.tensor([e.reward for _, e in rows], dtype=torch.float32),
         group_index=torch.tensor([gi for gi, _ in rows], dtype=torch.long),
         episodes=[e for _, e in rows],
+        turns=batch_turns([e for _, e in rows], [gi for gi, _ in rows]),
     )

@@ -40,14 +40,18 @@ class AlgorithmConfig:
 
     advantage: str = "grpo"
     """``grpo`` (group-normalized outcome), ``rloo`` (leave-one-out baseline), ``reinforce_pp``
-    (REINFORCE++: returns whitened across the batch) or ``gae`` (PPO with a critic; advantages
-    whitened across the batch)."""
+    (REINFORCE++: returns whitened across the batch), ``gae`` (PPO with a critic; advantages
+    whitened across the batch) or ``gigpo`` (GRPO plus a step advantage per turn among the
+    group's turns that answered the same observation)."""
     grpo_std_norm: bool = True
     """Divide GRPO advantages by the group's reward std."""
     gamma: float = 1.0
-    """Discount per assistant token (``reinforce_pp``, ``gae``); env tokens are not discounted."""
+    """Discount per assistant token (``reinforce_pp``, ``gae``; env tokens are not discounted) or
+    per turn (``gigpo``'s step returns; its paper uses 0.95)."""
     lam: float = 1.0
     """GAE lambda (``gae`` only)."""
+    step_advantage_weight: float = 1.0
+    """GiGPO's omega: weight of the step advantage added to the episode advantage (``gigpo``)."""
     loss_agg: str = "token-mean"
     """``token-mean`` (every assistant token weighs the same), ``seq-mean-token-mean`` (every
     episode weighs the same) or ``seq-mean-token-sum-norm`` (token sums over batch rows times
@@ -96,12 +100,13 @@ class AlgorithmConfig:
                  self.value_clip) < 0, "seq_mask_*, kl_coef, entropy_coef, value_clip must be >= 0"),
             (0 < self.seq_mask_high <= self.seq_mask_low, "seq_mask_high must exceed seq_mask_low"),
             (self.ppo_epochs < 1 or self.minibatches < 1, "ppo_epochs and minibatches must be >= 1"),
+            (self.step_advantage_weight < 0, "step_advantage_weight must be >= 0"),
         ) if failed]
         if problems:
             raise ValueError("learner.algorithm: " + "; ".join(problems))
 
 
-ADVANTAGES = ("grpo", "rloo", "reinforce_pp", "gae")
+ADVANTAGES = ("grpo", "rloo", "reinforce_pp", "gae", "gigpo")
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("k1", "k3")
 

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from learner.batching import Batch
+from learner.turns import BatchTurns
 
 _TENSOR_FIELDS = ("token_ids", "attention_mask", "loss_mask", "behavior_logprobs", "token_versions")
 _ROW_FIELDS = ("rewards", "group_index")
@@ -60,7 +61,23 @@ def broadcast_batch(batch: Batch | None) -> Batch:
         tensor = getattr(batch, name).contiguous() if rank == 0 else torch.empty(dims, dtype=_DTYPES[name])
         dist.broadcast(tensor, src=0)
         tensors[name] = tensor
-    return Batch(**tensors, episodes=batch.episodes if rank == 0 else [])
+    turns = _broadcast_turns(batch.turns if rank == 0 else None)
+    return Batch(**tensors, episodes=batch.episodes if rank == 0 else [], turns=turns)
+
+
+def _broadcast_turns(turns: BatchTurns | None) -> BatchTurns | None:
+    """Rank 0's per-turn tensors (or its None) to every rank: step-level credit needs them."""
+    count = torch.tensor([-1 if turns is None else len(turns.row)], dtype=torch.long)
+    dist.broadcast(count, src=0)
+    n = int(count[0])
+    if n < 0:
+        return None
+    if turns is None:
+        turns = BatchTurns(row=torch.empty(n, dtype=torch.long), spans=torch.empty(n, 2, dtype=torch.long),
+                           rewards=torch.empty(n, dtype=torch.float32), anchor=torch.empty(n, dtype=torch.long))
+    for tensor in (turns.row, turns.spans, turns.rewards, turns.anchor):  # all built contiguous
+        dist.broadcast(tensor, src=0)
+    return turns
 
 
 def mean_over_ranks(values: dict[str, float]) -> dict[str, float]:

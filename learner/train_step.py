@@ -37,11 +37,13 @@ import torch.distributed as dist
 
 from learner.advantages import (
     gae_advantages,
+    gigpo_advantages,
     grpo_advantages,
     kl_shaped_token_rewards,
     reinforce_pp_advantages,
     rloo_advantages,
     sequence_to_token_advantages,
+    turn_returns,
     whiten,
 )
 from learner.batching import Batch
@@ -194,6 +196,8 @@ class Trainer:
             per_episode = (grpo_advantages(batch.rewards, batch.group_index, alg.grpo_std_norm)
                            if alg.advantage == "grpo" else rloo_advantages(batch.rewards, batch.group_index))
             return sequence_to_token_advantages(per_episode, mask), None, {}
+        if alg.advantage == "gigpo":
+            return self._gigpo_advantages(batch)
         scalars, kl = {}, None
         if alg.kl_in_reward:
             kl = kl_to_reference(proximal, reference, mask, alg.kl_estimator)
@@ -204,6 +208,19 @@ class Trainer:
         advantages, returns = gae_advantages(token_rewards, old_values, mask, alg.gamma, alg.lam)
         scalars["return_mean"] = float(masked_mean(returns, mask))
         return whiten(advantages, mask), returns, scalars
+
+    def _gigpo_advantages(self, batch: Batch):
+        alg, turns = self.cfg.algorithm, batch.turns
+        if turns is None:
+            raise ValueError("advantage gigpo needs each turn's reward and observation fingerprint; an "
+                             "episode of this batch has none (recorded before they were sent?)")
+        episode = grpo_advantages(batch.rewards, batch.group_index, alg.grpo_std_norm)
+        returns = turn_returns(turns.rewards.to(batch.rewards.dtype), turns.row, alg.gamma)
+        step = grpo_advantages(returns, turns.anchor, alg.grpo_std_norm)
+        advantages = gigpo_advantages(episode, step, turns.row, turns.spans, batch.loss_mask, alg.step_advantage_weight)
+        anchors = int(turns.anchor.max()) + 1 if len(turns.anchor) else 0
+        # How much step-level signal there is: turns per anchor state (1 would mean no comparison).
+        return advantages, None, {"gigpo_turns_per_anchor": len(turns.anchor) / max(anchors, 1)}
 
     def _shares(self, num_rows: int) -> list[torch.Tensor]:
         """Rows of each optimizer step of one pass; fewer shares than asked if rows are fewer."""

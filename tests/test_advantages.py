@@ -8,6 +8,7 @@ import torch
 from learner.advantages import (
     assistant_returns,
     gae_advantages,
+    gigpo_advantages,
     grpo_advantages,
     kl_shaped_token_rewards,
     last_assistant_index,
@@ -15,6 +16,7 @@ from learner.advantages import (
     reinforce_pp_advantages,
     rloo_advantages,
     sequence_to_token_advantages,
+    turn_returns,
     whiten,
 )
 
@@ -175,3 +177,38 @@ def test_per_token_shape_errors_are_clear():
         gae_advantages(torch.zeros(1, 7), torch.zeros(1, 6), GAE_MASK, 1.0, 1.0)
     with pytest.raises(ValueError, match="kl must be"):
         kl_shaped_token_rewards(torch.zeros(1), GAE_MASK, torch.zeros(1, 3), kl_coef=0.1)
+
+
+def test_turn_returns_discount_within_each_row_only():
+    # rows interleaved: row 0 has turns 0, 2, 3; row 1 has turn 1
+    rewards = torch.tensor([0.0, 5.0, 0.2, 1.0])
+    rows = torch.tensor([0, 1, 0, 0])
+    returns = turn_returns(rewards, rows, gamma=0.5)
+    assert torch.allclose(returns, torch.tensor([0.2 * 0.5 + 0.25, 5.0, 0.2 + 0.5, 1.0]))
+
+
+def test_gigpo_credits_the_better_action_from_a_shared_state():
+    # One group of two won episodes (equal outcomes: episode advantage 0). Both start from the
+    # same observation (anchor 0); episode 0 wins at once, episode 1 wastes a turn in a state
+    # only it saw (anchor 1) and wins a turn later. The step advantage must favour episode 0's
+    # first turn over episode 1's, and leave the unshared state's turn at 0.
+    loss_mask = torch.tensor([[0, 1, 1, 0, 0, 0, 0], [0, 1, 1, 0, 1, 0, 1]])
+    spans = torch.tensor([[1, 3], [1, 3], [4, 5], [6, 7]])
+    rows, anchors = torch.tensor([0, 1, 1, 1]), torch.tensor([0, 0, 1, 2])
+    returns = turn_returns(torch.tensor([1.0, 0.0, 0.0, 1.0]), rows, gamma=0.9)
+    step = grpo_advantages(returns, anchors, std_norm=False)
+    episode = grpo_advantages(torch.tensor([1.0, 1.0]), torch.tensor([0, 0]), std_norm=False)
+    advantages = gigpo_advantages(episode, step, rows, spans, loss_mask, step_weight=1.0)
+    first_turn_gap = (1.0 - 0.81) / 2
+    assert torch.allclose(advantages[0], torch.tensor([0, 1, 1, 0, 0, 0, 0]) * first_turn_gap)
+    assert torch.allclose(advantages[1], torch.tensor([0, -1, -1, 0, 0, 0, 0]) * first_turn_gap)
+
+
+def test_gigpo_adds_the_weighted_step_advantage_to_the_episode_advantage_on_turn_tokens_only():
+    loss_mask = torch.tensor([[0, 1, 1, 0, 1]])
+    episode = torch.tensor([0.5])
+    step = torch.tensor([2.0, -1.0])
+    advantages = gigpo_advantages(episode, step, torch.tensor([0, 0]), torch.tensor([[1, 3], [4, 5]]), loss_mask, 0.5)
+    assert torch.allclose(advantages, torch.tensor([[0.0, 1.5, 1.5, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match="turn_spans"):
+        gigpo_advantages(episode, step, torch.tensor([0, 0]), torch.tensor([1, 3]), loss_mask, 0.5)

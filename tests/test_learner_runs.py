@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -36,7 +37,9 @@ def recorded(smoke_run, tmp_path_factory) -> Path:
     and all-equal rewards give zero advantages, so nothing would move."""
     def half_won(episode):
         won = episode.episode_index % 2 == 0
-        return dataclasses.replace(episode, reward=float(won), success=won)
+        turn_rewards = np.zeros(len(episode.turn_rewards), np.float32)
+        turn_rewards[-1:] = float(won)  # the last turn won, as the env would have paid it
+        return dataclasses.replace(episode, reward=float(won), success=won, turn_rewards=turn_rewards)
 
     return rewrite_stream(smoke_run[0] / "trajectories", tmp_path_factory.mktemp("recorded"), half_won)
 
@@ -108,6 +111,18 @@ def test_two_ranks_give_the_same_update_as_one(recorded, one_rank, tmp_path):
     # near-zero gradient entries into differences of a few percent of one step (lr 1e-3);
     # a real sharding bug moves parameters by whole steps.
     assert_close(final_weights(one_rank, 3), two, atol=1e-4)
+
+
+def test_gigpo_step_credit_changes_the_update_and_two_ranks_agree_on_it(recorded, one_rank, tmp_path):
+    # Every learner rank computes the advantages; the per-turn rewards and anchors that GiGPO
+    # needs travel from rank 0 with the batch, so both ranks must make the same update.
+    gigpo = ("--max-steps", "3", "--learner.algorithm.advantage", "gigpo", "--learner.algorithm.gamma", "0.9")
+    one = final_weights(replay(recorded, tmp_path, "gigpo-one", *gigpo), 3)
+    two = final_weights(replay(recorded, tmp_path, "gigpo-two", *gigpo, "--learner-gpus", "2"), 3)
+    assert_close(one, two, atol=1e-4)
+    grpo = final_weights(one_rank, 3)
+    assert max((one[k].float() - grpo[k].float()).abs().max().item() for k in one) > 1e-3, \
+        "the step advantages left the update as GRPO's"
 
 
 def test_resume_equals_an_uninterrupted_run(recorded, tmp_path):

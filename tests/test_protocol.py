@@ -31,6 +31,20 @@ def test_trajectory_round_trip_keeps_arrays_exact():
     assert decoded.reward == 1.0 and decoded.status == "ok" and decoded.env_info == original.env_info
 
 
+def test_per_turn_rewards_and_observation_fingerprints_round_trip_and_may_be_absent():
+    fingerprints = np.array([2**64 - 1, 12345], np.uint64)  # full 64-bit range, exact
+    original = dataclasses.replace(make_trajectory(), turn_rewards=np.array([0.2, 0.8], np.float32),
+                                   turn_observations=fingerprints)
+    decoded = decode(encode(original), Trajectory)
+    assert np.array_equal(decoded.turn_observations, fingerprints) and decoded.turn_observations.dtype == np.uint64
+    assert np.array_equal(decoded.turn_rewards, original.turn_rewards)
+    envelope = msgpack.unpackb(encode(original))
+    for name in ("turn_rewards", "turn_observations"):  # as an older actor or recording sends it
+        del envelope["body"][name]
+    older = decode(msgpack.packb(envelope), Trajectory)
+    assert older.turn_rewards.size == 0 and older.turn_observations.size == 0
+
+
 def test_arrays_travel_as_raw_bytes_not_lists():
     body = msgpack.unpackb(encode(make_trajectory(1000)))["body"]
     assert body["token_ids"]["dtype"] == "<i4" and isinstance(body["token_ids"]["data"], bytes)

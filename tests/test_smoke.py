@@ -47,6 +47,21 @@ def test_trajectories_carry_per_token_versions(smoke_run):
     assert any(e.truncated and e.finish_reason == "turn_cap" for e in episodes)
 
 
+def test_every_turn_carries_its_reward_and_the_fingerprint_of_the_observation_it_answered(smoke_run):
+    run_dir, _ = smoke_run
+    ok = [m for m in read_messages(run_dir / "trajectories" / "trajectories.msgpack")
+          if isinstance(m, Trajectory) and m.status == "ok"]
+    for e in ok:
+        assert len(e.turn_rewards) == len(e.turn_observations) == len(e.turn_spans) == e.num_turns
+        assert np.isclose(min(max(float(e.turn_rewards.sum()), 0.0), 1.0), e.reward)
+    # Every episode of a group answered the same first observation, and later turns saw others.
+    first = {}
+    for e in ok:
+        first.setdefault(e.group_id, set()).add(int(e.turn_observations[0]))
+    assert all(len(fingerprints) == 1 for fingerprints in first.values())
+    assert any(len(set(e.turn_observations.tolist())) > 1 for e in ok)
+
+
 def test_tensorboard_has_rollout_and_learner_scalars(smoke_run):
     run_dir, _ = smoke_run
     acc = EventAccumulator(str(run_dir / "tb"))
