@@ -1,43 +1,55 @@
-"""It learns: the tiny model, warm-started to write valid actions at random, learns the toy env
+"""It learns: the tiny model, warm-started to write admissible actions at random, learns the toy env
 through the whole asynchronous system (launch.py, real actors, real learner, real envhub), and
 the same run with learning rate 0 stays where it started."""
 
 import statistics
+import subprocess
+import sys
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from learner.warm_start import warm_start_for_run
-from tests.launching import run_launch
+from tests.launching import REPO
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.learning]
 CONFIG = "configs/learn_keydoor.yaml"
 
 
 @pytest.fixture(scope="module")
-def warm_model(tmp_path_factory):
-    """The tiny model after a short supervised pass on random valid keydoor actions."""
-    out = tmp_path_factory.mktemp("warm") / "model"
-    warm_start_for_run(CONFIG, out)
-    return out
+def success(tmp_path_factory) -> dict[str, list[float]]:
+    """``rollout/success`` per learner step of the learning run and of its learning-rate-0 control.
+
+    Both start from one warm model (a short supervised pass on random admissible keydoor actions)
+    and run side by side: while one learner trains, its actors mostly wait, so the pair takes
+    little longer than one run alone."""
+    root = tmp_path_factory.mktemp("learning")
+    warm_start_for_run(CONFIG, root / "warm", observation_weight=0.5)
+    runs = {"learn": (), "frozen": ("--learner.lr", "0", "--max-steps", "8")}
+    procs = {name: subprocess.Popen(
+        [sys.executable, "launch.py", "--config", CONFIG, "--model.name", str(root / "warm"),
+         "--output-dir", str(root), "--run-name", name, *extra],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name, extra in runs.items()}
+    for name, proc in procs.items():
+        out = proc.communicate(timeout=900)[0]
+        assert proc.returncode == 0, f"{name} run failed:\n{out[-3000:]}"
+    return {name: _success_per_step(root / name) for name in runs}
 
 
-def success_per_step(tmp_path, warm_model, *overrides: str) -> list[float]:
-    run_launch("--config", CONFIG, "--model.name", str(warm_model),
-               "--output-dir", str(tmp_path), "--run-name", "learn", *overrides, timeout_s=900)
-    acc = EventAccumulator(str(tmp_path / "learn" / "tb"))
+def _success_per_step(run_dir) -> list[float]:
+    acc = EventAccumulator(str(run_dir / "tb"))
     acc.Reload()
     return [event.value for event in acc.Scalars("rollout/success")]
 
 
-def test_grpo_takes_success_from_random_play_to_solved(tmp_path, warm_model):
-    success = success_per_step(tmp_path, warm_model)
-    before, after = statistics.mean(success[:3]), statistics.mean(success[-5:])
-    assert before <= 0.4, success  # the warm start writes valid actions but has no policy
-    assert after >= 0.9, success
+def test_gigpo_takes_success_from_random_play_to_solved(success):
+    curve = success["learn"]
+    before, after = statistics.mean(curve[:3]), statistics.mean(curve[-5:])
+    assert before <= 0.4, curve  # the warm start knows what can be done where, but has no policy
+    assert after >= 0.9, curve
 
 
-def test_with_learning_rate_zero_success_stays_flat(tmp_path, warm_model):
-    success = success_per_step(tmp_path, warm_model, "--learner.lr", "0")
-    before, after = statistics.mean(success[:3]), statistics.mean(success[-5:])
-    assert after <= 0.4 and abs(after - before) <= 0.15, success
+def test_with_learning_rate_zero_success_stays_flat(success):
+    curve = success["frozen"]
+    before, after = statistics.mean(curve[:3]), statistics.mean(curve[-5:])
+    assert after <= 0.4 and abs(after - before) <= 0.15, curve

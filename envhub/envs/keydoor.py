@@ -105,9 +105,10 @@ class KeyDoorEnv(Environment):
         self._rooms = tuple(rng.sample(self.options.room_pool, self.options.rooms_per_task))
         self._key_room = rng.choice(self._rooms)
         self._location, self._has_key, self._brought_key, self._done = "hall", False, False, False
+        # What to act on comes last, next to the reply: a tiny model attends to it most easily.
         observation = (
-            f"You are in a hall with a locked door. Rooms: {', '.join(self._rooms)}. "
-            f"A key jingles in the {self._key_room}. {ACTIONS_HELP}"
+            f"You are in a hall with a locked door. {ACTIONS_HELP} Rooms: {', '.join(self._rooms)}. "
+            f"A key jingles in the {self._key_room}."
         )
         return observation, self._info(success=False)
 
@@ -132,22 +133,32 @@ class KeyDoorEnv(Environment):
         return self._continue(f"Unknown action. {ACTIONS_HELP}")
 
     def valid_actions(self) -> list[str]:
-        """The well-formed actions in this episode (good or bad moves alike); for warm starts."""
-        return [*(f"go {room}" for room in self._rooms), "go hall", "take key", "open door"]
+        """The admissible commands here, good or bad moves alike, as ALFWorld and TextWorld list
+        them: ``go <room>`` anywhere, ``go hall`` out of the hall, ``take key`` where it lies,
+        ``open door`` in the hall (locked or not). For warm starts: a model trained on random
+        admissible actions must read where it is, yet prefers no move over another."""
+        actions = [f"go {room}" for room in self._rooms]
+        if self._location == "hall":
+            return [*actions, "open door"]
+        key_here = self._location == self._key_room and not self._has_key
+        return [*actions, "go hall", *(["take key"] if key_here else [])]
 
     def _go(self, place: str) -> str:
         if place == "hall":
             self._location = "hall"
-            # Say what the agent holds, as a text game's room description would: the right move
-            # here (open the door, or fetch the key) then shows in the latest observation.
-            holding = "You hold the key." if self._has_key else "The key is not here."
-            return f"You are in the hall. The door is here. {holding} Rooms: {', '.join(self._rooms)}."
+            return f"You are in the hall. The door is here. Rooms: {', '.join(self._rooms)}. {self._key_status()}"
         if place not in self._rooms:
             return f"There is no {place[:20]} here. Rooms: {', '.join(self._rooms)}."
         self._location = place
         if place == self._key_room and not self._has_key:
             return f"You are in the {place}. A key lies here. Try: take key."
-        return f"You are in the {place}. Nothing here. Try: go <room>, go hall."
+        return f"You are in the {place}. Nothing here. {self._key_status()}"
+
+    def _key_status(self) -> str:
+        """Where the key is, said last, as a text game's description would: the right move (open
+        the door, fetch the key from that room) then shows in the latest observation, where a
+        tiny model attends most easily, and the game needs no memory of the first one."""
+        return "You hold the key." if self._has_key else f"A key jingles in the {self._key_room}."
 
     def _take_key(self) -> str:
         if self._has_key:
