@@ -107,7 +107,7 @@ def warm_start(out_dir: Path, episodes: int = 512, steps: int = 300, batch_size:
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - step / steps)
     model.train()
     loss = torch.tensor(0.0)
-    threads = torch.get_num_threads()
+    previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         for _ in range(steps):
@@ -117,7 +117,7 @@ def warm_start(out_dir: Path, episodes: int = 512, steps: int = 300, batch_size:
             optimizer.step()
             schedule.step()
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(previous_threads)
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
