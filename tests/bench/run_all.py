@@ -9,7 +9,8 @@ Not a test: it asserts nothing. It
    a bench that fails or times out is a "failed" row with its last stderr lines, and the others still run;
 3. prints the machine it ran on (CPU model, cores, memory, load, Python, torch, date).
 
-``--quick`` runs every bench's small mode (a few minutes on a quiet 2-core machine);
+``--quick`` runs every bench's small mode (a few minutes on a quiet 2-core machine) and leaves out
+the ones with none (``FULL_ONLY``);
 ``--markdown`` prints the table as markdown (the README's performance section).
 
     .venv/bin/python tests/bench/run_all.py [--quick] [--only envhub_bench,actor_bench] [--markdown]
@@ -38,7 +39,10 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
-BENCHES = ("envhub_bench", "actor_bench", "engine_bench", "learner_bench", "async_bench", "webnav_bench")
+BENCHES = ("envhub_bench", "actor_bench", "engine_bench", "learner_bench", "async_bench", "webnav_bench",
+           "learning_bench")
+FULL_ONLY = ("learning_bench",)
+"""Benches with no small mode (two learning runs take ~9 minutes): left out of ``--quick``."""
 COLUMNS = ("bench", "figure", "value", "baseline", "ratio", "goal", "met?")
 STDERR_LINES = 3
 """Last stderr lines of a failed bench shown in its table row."""
@@ -190,6 +194,9 @@ def main() -> None:
     machine = machine_description()  # the load average before the benches add to it
     runs, started_s = [], time.perf_counter()
     for name in args.only:
+        if args.quick and name in FULL_ONLY:
+            print(f"{name:<14} not run with --quick (no small mode)", flush=True)
+            continue
         print(f"{name:<14} ...", end="", flush=True)
         run = run_bench(name, args.quick, args.timeout_s)
         runs.append(run)

@@ -1,0 +1,94 @@
+"""Learning per wall-clock second on the toy env: the learning test's job, asynchronous and synchronous.
+
+Not a test: it prints figures, each as a ratio against the synchronous run measured in the same
+invocation, and asserts nothing.
+
+One warm model (``learner/warm_start.py``, as ``tests/test_learning.py`` makes it), then
+``configs/learn_keydoor.yaml`` (GiGPO, 32 episodes a step) twice, one run after the other:
+``--run.mode sync`` (lease a batch, wait for its slowest episode, train, broadcast) and the
+default asynchronous mode. A run's clock is its learner loop's (the sum of ``time/step_s``), so
+process start-up is not counted. Figures, async over sync: the wall time until the 3-step mean of
+``rollout/success`` first reaches ``--target``, and the learner steps it took (sync trains on
+fresher samples, so it may need fewer).
+
+    .venv/bin/python -m tests.bench.learning_bench [--max-steps N] [--target 0.8] [--json PATH]
+
+About 9 minutes on 2 cores; ``tests/bench/run_all.py`` runs it only without ``--quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from itertools import accumulate
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from learner.warm_start import warm_start_for_run
+from tests.bench.run_all import write_json
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = "configs/learn_keydoor.yaml"
+
+
+def run_curve(mode: str, out: Path, warm: Path, max_steps: int) -> tuple[list[float], list[float]]:
+    """One launch.py run; (success per step, learner-loop seconds elapsed at each step)."""
+    command = [sys.executable, "launch.py", "--config", CONFIG, "--model.name", str(warm), "--run.mode", mode,
+               "--max-steps", str(max_steps), "--output-dir", str(out), "--run-name", mode]
+    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    acc = EventAccumulator(str(out / mode / "tb"))
+    acc.Reload()
+    success = [event.value for event in acc.Scalars("rollout/success")]
+    elapsed = list(accumulate(event.value for event in acc.Scalars("time/step_s")))
+    return success, elapsed
+
+
+def first_reaching(success: list[float], target: float, window: int = 3) -> int | None:
+    """Index of the first step whose ``window``-step mean (ending there) reaches ``target``."""
+    for end in range(window, len(success) + 1):
+        if sum(success[end - window:end]) / window >= target:
+            return end - 1
+    return None
+
+
+def compare(max_steps: int, target: float) -> list[tuple]:
+    with tempfile.TemporaryDirectory() as tmp:
+        warm = Path(tmp) / "warm"
+        warm_start_for_run(CONFIG, warm, observation_weight=0.5)
+        curves = {mode: run_curve(mode, Path(tmp), warm, max_steps) for mode in ("sync", "async")}
+    reached = {mode: first_reaching(success, target) for mode, (success, _) in curves.items()}
+    if None in reached.values():
+        missed = [mode for mode, step in reached.items() if step is None]
+        finals = {mode: round(sum(s[-5:]) / len(s[-5:]), 2) for mode, (s, _) in curves.items()}
+        raise RuntimeError(f"{', '.join(missed)} never reached success {target} in {max_steps} steps "
+                           f"(last-5 means {finals})")
+    seconds = {mode: curves[mode][1][step] for mode, step in reached.items()}
+    steps = {mode: step + 1 for mode, step in reached.items()}
+    return [
+        (f"wall s to success {target} (3-step mean)", f"{seconds['async']:.0f} s", f"sync {seconds['sync']:.0f} s",
+         seconds["sync"] / seconds["async"], ">= 1"),
+        (f"learner steps to success {target}", f"{steps['async']}", f"sync {steps['sync']}",
+         steps["sync"] / steps["async"], ""),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="accepted for run_all; this bench has no small mode")
+    parser.add_argument("--max-steps", type=int, default=30, help="learner steps per run")
+    parser.add_argument("--target", type=float, default=0.8, help="success the runs race to")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON (for run_all.py)")
+    args = parser.parse_args()
+    rows = compare(args.max_steps, args.target)
+    for figure, value, baseline, ratio, goal in rows:
+        print(f"{figure:<40} {value:>10}  {baseline:>12}  {ratio:5.2f}x  {goal}")
+    write_json(args.json, "learning_bench", rows)
+
+
+if __name__ == "__main__":
+    main()
