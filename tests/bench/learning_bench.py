@@ -11,7 +11,10 @@ process start-up is not counted. Figures, async over sync: the wall time until t
 ``rollout/success`` first reaches ``--target``, and the learner steps it took (sync trains on
 fresher samples, so it may need fewer).
 
-    .venv/bin/python -m tests.bench.learning_bench [--max-steps N] [--target 0.8] [--json PATH]
+``--latency`` adds long-tailed env latency (100 ms a step; 1 task in 4 takes 1 s a step), the
+workload asynchrony is for.
+
+    .venv/bin/python -m tests.bench.learning_bench [--max-steps N] [--target 0.8] [--latency] [--json PATH]
 
 About 9 minutes on 2 cores; ``tests/bench/run_all.py`` runs it only without ``--quick``.
 """
@@ -32,12 +35,15 @@ from tests.bench.run_all import write_json
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = "configs/learn_keydoor.yaml"
+LATENCY = ("--envhub.env_options", "{keydoor-v0: {room_pool: [kitchen, garden], rooms_per_task: 2, "
+           "step_latency_s: 0.1, slow_task_fraction: 0.25, slow_step_latency_s: 1.0}}")
+"""The learning config's keydoor options plus long-tailed latency (a CLI value replaces the map)."""
 
 
-def run_curve(mode: str, out: Path, warm: Path, max_steps: int) -> tuple[list[float], list[float]]:
+def run_curve(mode: str, out: Path, warm: Path, max_steps: int, extra: tuple[str, ...]) -> tuple[list[float], list[float]]:
     """One launch.py run; (success per step, learner-loop seconds elapsed at each step)."""
     command = [sys.executable, "launch.py", "--config", CONFIG, "--model.name", str(warm), "--run.mode", mode,
-               "--max-steps", str(max_steps), "--output-dir", str(out), "--run-name", mode]
+               "--max-steps", str(max_steps), "--output-dir", str(out), "--run-name", mode, *extra]
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"{mode} run failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
@@ -56,11 +62,12 @@ def first_reaching(success: list[float], target: float, window: int = 3) -> int 
     return None
 
 
-def compare(max_steps: int, target: float) -> list[tuple]:
+def compare(max_steps: int, target: float, latency: bool) -> list[tuple]:
     with tempfile.TemporaryDirectory() as tmp:
         warm = Path(tmp) / "warm"
         warm_start_for_run(CONFIG, warm, observation_weight=0.5)
-        curves = {mode: run_curve(mode, Path(tmp), warm, max_steps) for mode in ("sync", "async")}
+        extra = LATENCY if latency else ()
+        curves = {mode: run_curve(mode, Path(tmp), warm, max_steps, extra) for mode in ("sync", "async")}
     reached = {mode: first_reaching(success, target) for mode, (success, _) in curves.items()}
     if None in reached.values():
         missed = [mode for mode, step in reached.items() if step is None]
@@ -69,10 +76,11 @@ def compare(max_steps: int, target: float) -> list[tuple]:
                            f"(last-5 means {finals})")
     seconds = {mode: curves[mode][1][step] for mode, step in reached.items()}
     steps = {mode: step + 1 for mode, step in reached.items()}
+    workload = ", long-tailed latency" if latency else ""
     return [
-        (f"wall s to success {target} (3-step mean)", f"{seconds['async']:.0f} s", f"sync {seconds['sync']:.0f} s",
+        (f"wall s to success {target} (3-step mean{workload})", f"{seconds['async']:.0f} s", f"sync {seconds['sync']:.0f} s",
          seconds["sync"] / seconds["async"], ">= 1"),
-        (f"learner steps to success {target}", f"{steps['async']}", f"sync {steps['sync']}",
+        (f"learner steps to success {target}{workload and f' ({workload[2:]})'}", f"{steps['async']}", f"sync {steps['sync']}",
          steps["sync"] / steps["async"], ""),
     ]
 
@@ -82,9 +90,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="accepted for run_all; this bench has no small mode")
     parser.add_argument("--max-steps", type=int, default=30, help="learner steps per run")
     parser.add_argument("--target", type=float, default=0.8, help="success the runs race to")
+    parser.add_argument("--latency", action="store_true", help="long-tailed env latency on every step")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON (for run_all.py)")
     args = parser.parse_args()
-    rows = compare(args.max_steps, args.target)
+    rows = compare(args.max_steps, args.target, args.latency)
     for figure, value, baseline, ratio, goal in rows:
         print(f"{figure:<40} {value:>10}  {baseline:>12}  {ratio:5.2f}x  {goal}")
     write_json(args.json, "learning_bench", rows)
