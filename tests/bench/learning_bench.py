@@ -40,7 +40,8 @@ LATENCY = ("--envhub.env_options", "{keydoor-v0: {room_pool: [kitchen, garden], 
 """The learning config's keydoor options plus long-tailed latency (a CLI value replaces the map)."""
 
 
-def run_curve(mode: str, out: Path, warm: Path, max_steps: int, extra: tuple[str, ...]) -> tuple[list[float], list[float]]:
+def run_curve(mode: str, out: Path, warm: Path, max_steps: int,
+              extra: tuple[str, ...]) -> tuple[list[float], list[float]]:
     """One launch.py run; (success per step, learner-loop seconds elapsed at each step)."""
     command = [sys.executable, "launch.py", "--config", CONFIG, "--model.name", str(warm), "--run.mode", mode,
                "--max-steps", str(max_steps), "--output-dir", str(out), "--run-name", mode, *extra]
@@ -76,11 +77,11 @@ def compare(max_steps: int, target: float, latency: bool) -> list[tuple]:
                            f"(last-5 means {finals})")
     seconds = {mode: curves[mode][1][step] for mode, step in reached.items()}
     steps = {mode: step + 1 for mode, step in reached.items()}
-    workload = ", long-tailed latency" if latency else ""
+    workload = " with long-tailed latency" if latency else ""
     return [
-        (f"wall s to success {target} (3-step mean{workload})", f"{seconds['async']:.0f} s", f"sync {seconds['sync']:.0f} s",
-         seconds["sync"] / seconds["async"], ">= 1"),
-        (f"learner steps to success {target}{workload and f' ({workload[2:]})'}", f"{steps['async']}", f"sync {steps['sync']}",
+        (f"wall s to success {target} (3-step mean){workload}", f"{seconds['async']:.0f} s",
+         f"sync {seconds['sync']:.0f} s", seconds["sync"] / seconds["async"], ">= 1"),
+        (f"learner steps to success {target}{workload}", f"{steps['async']}", f"sync {steps['sync']}",
          steps["sync"] / steps["async"], ""),
     ]
 
