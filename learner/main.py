@@ -9,8 +9,8 @@
       token is more than ``max_policy_lag`` versions old;
    b. broadcast the batch to the followers; advantages, PPO-clip loss against the behavior
       logprobs with a truncated importance weight, masked to assistant tokens; AdamW step;
-   c. version v becomes v+1 (unless no episode was trainable: then the weights did not change);
-      the horizon schedule gives the turn cap for the next leases;
+   c. version v becomes v+1 (every step trains: a group with no ok episode is released before it
+      joins one); the horizon schedule gives the turn cap for the next leases;
    d. announce v+1 on PUB and broadcast the weights in fixed-size buckets to the weight group,
       re-formed first when actors asked to join (start, restart, a failed receive);
       (``run.mode: sync`` admits the next batch's leases only now, with a lag bound of 0: the
@@ -183,9 +183,9 @@ class Learner:
         self.source.release(group)
         self._dropped_failed += 1
         self._failed_episodes.extend(group.episodes)
-        first = group.episodes[0] if group.episodes else None
+        first = group.episodes[0]  # a group completes with all its episodes
         log.warning("group %s (%s) has no ok episode (%s: %s): dropped untrained", group.lease.group_id,
-                    group.lease.env_id, first and first.status, first and first.error[:200])
+                    group.lease.env_id, first.status, first.error[:200])
 
     def _drop_stale(self, groups: list[Group]) -> list[Group]:
         fresh, stale = split_stale(groups, self.version, self.max_policy_lag)
@@ -223,8 +223,8 @@ class Learner:
         self.step += 1
         self.version += 1
         t1 = time.monotonic()
-        if episodes:  # the adaptive schedule decides on what this step saw
-            self.horizon.observe(self.step, scalars["horizon/truncated_at_cap"], scalars["rollout/success"])
+        # The adaptive schedule decides on what this step saw.
+        self.horizon.observe(self.step, scalars["horizon/truncated_at_cap"], scalars["rollout/success"])
         turn_cap = self.horizon.cap_at(self.step)
         sync = self.cfg.run.mode == "sync"
         if not sync:  # async: new leases start at once, on the weights the actors have
