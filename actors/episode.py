@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from actors.conversation import ConversationStarts
 from actors.engine_api import EngineError, InferenceEngine, SamplingParams
 from common.chat import ChatTokenBuffer
 from common.protocol import TaskLease, Trajectory
+from envhub.actions import MalformedAction, extract_action
 from envhub.client import EnvClient, EnvClientError
 
 
@@ -31,6 +33,8 @@ class EpisodeDeps:
     tokenizer: object
     sampling: SamplingParams
     system_prompt: str | None
+    conversation: ConversationStarts
+    """Each env's instruction and worked examples, rendered before the first observation."""
     env_reconnect_s: float = 0.0
     """How long a new episode waits for an envhub server that refuses connections (restarting)."""
 
@@ -49,6 +53,7 @@ class EpisodeOutcome:
     num_turns: int = 0
     turn_rewards: list[float] = field(default_factory=list)
     turn_observations: list[int] = field(default_factory=list)
+    turn_action_parsed: list[int] = field(default_factory=list)
     env_info: dict = field(default_factory=dict)
     timings: dict = field(default_factory=lambda: {"generate_s": 0.0, "env_s": 0.0})
 
@@ -63,7 +68,8 @@ async def run_episode(lease: TaskLease, index: int, deps: EpisodeDeps) -> Trajec
         session = await _create_session(lease, deps)
         out.timings["env_s"] += time.monotonic() - t
         session_id = session.session_id
-        buf.start(session.observation)
+        preamble, first_turn = await _opening(lease, deps, session.observation)
+        buf.start(first_turn, preamble)
         await _play(lease, buf, deps, session_id, session.observation, out)
     except EnvClientError as exc:
         _fail(out, _env_failure_status(exc), exc)
@@ -97,6 +103,7 @@ async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sessi
         out.reward += result.reward
         out.turn_rewards.append(float(result.reward))
         out.turn_observations.append(observation_fingerprint(observation))
+        out.turn_action_parsed.append(int(action_parsed(action, result.info)))
         out.env_info = dict(result.info)
         if result.terminated or result.truncated:
             out.success = bool(result.info.get("success", False))
@@ -105,6 +112,22 @@ async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sessi
             return
         buf.append_observation(result.observation)
         observation = result.observation
+
+
+async def _opening(lease: TaskLease, deps: EpisodeDeps, observation: str) -> tuple[list, str]:
+    try:
+        return await deps.conversation.opening(lease.env_id, observation)
+    except ValueError as exc:  # more examples asked for than the env has (actors check it at start)
+        raise EnvClientError(None, f"{lease.env_id}: conversation start: {exc}") from exc
+
+
+def action_parsed(reply: str, info: dict) -> bool:
+    """Whether the reply held an action in the env's format: the env's own ``action_parsed`` when it
+    says (every built-in env does), else whether AgentGym's ``Action:`` line is there."""
+    said = info.get("action_parsed")
+    if isinstance(said, bool):
+        return said
+    return not isinstance(extract_action(reply), MalformedAction)
 
 
 def observation_fingerprint(observation: str) -> int:
@@ -154,6 +177,7 @@ def _trajectory(lease: TaskLease, index: int, actor_id: int, buf: ChatTokenBuffe
         turn_spans=arrays["turn_spans"].reshape(-1, 2).astype(np.int32),
         turn_rewards=np.asarray(out.turn_rewards, dtype=np.float32),
         turn_observations=np.asarray(out.turn_observations, dtype=np.uint64),
+        turn_action_parsed=np.asarray(out.turn_action_parsed, dtype=np.uint8),
         reward=float(min(max(out.reward, 0.0), 1.0)), success=out.success,
         terminated=out.terminated, truncated=out.truncated, finish_reason=out.finish_reason,
         status=out.status, error=out.error, num_turns=out.num_turns, turn_cap=lease.turn_cap,

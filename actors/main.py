@@ -23,6 +23,7 @@ import uvloop
 import zmq
 import zmq.asyncio
 
+from actors.conversation import ConversationStarts
 from actors.engine_api import InferenceEngine, SamplingParams
 from actors.engines import build_engine, stop_token_ids
 from actors.episode import EpisodeDeps, run_episode
@@ -78,8 +79,10 @@ class Actor:
         connect(push, self.addresses["trajectories"])
         sampling = SamplingParams(cfg.rollout.max_new_tokens, cfg.rollout.temperature, stop_token_ids(tokenizer, path))
         async with EnvClient(self.envhub_url, cfg.actors.env_timeout_s) as env:
+            conversation = ConversationStarts(env, cfg.rollout.conversation_for)
+            await conversation.check(cfg.rollout.envs)
             deps = EpisodeDeps(self.actor_id, engine, env, tokenizer, sampling, cfg.rollout.system_prompt,
-                               cfg.actors.env_reconnect_s)
+                               conversation, cfg.actors.env_reconnect_s)
             tasks = [asyncio.create_task(self._lease_loop(dealer, push, deps)),
                      asyncio.create_task(self._stats_loop(push, engine))]
             await self._stop.wait()

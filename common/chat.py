@@ -101,6 +101,17 @@ def observation_delta(tokenizer, system_prompt: str | None) -> ObservationDelta:
     return per_tokenizer[system_prompt]
 
 
+def _check_preamble(preamble: Sequence[tuple[str, str]]) -> None:
+    """User and assistant turns in alternation, from a user turn, so the first observation that
+    follows is a user turn after an assistant one, as every later observation is."""
+    for i, (role, text) in enumerate(preamble):
+        _require_text(text)
+        if role != ("user", "assistant")[i % 2]:
+            raise ValueError(f"preamble turn {i} is {role!r}; turns alternate user, assistant from a user turn")
+    if len(preamble) % 2:
+        raise ValueError("preamble must end with an assistant turn (the first observation is the next user turn)")
+
+
 def _require_text(observation: object) -> None:
     if not isinstance(observation, str):
         raise TypeError(f"observation must be str, got {type(observation).__name__}")
@@ -143,11 +154,16 @@ class ChatTokenBuffer:
         self.logprobs.extend([0.0] * len(token_ids))
         self.versions.extend([-1] * len(token_ids))
 
-    def start(self, first_observation: str) -> None:
-        """Tokenize [system?, user(first_observation)] plus the generation prompt, once."""
+    def start(self, first_observation: str, preamble: Sequence[tuple[str, str]] = ()) -> None:
+        """Tokenize [system?, *preamble, user(first_observation)] plus the generation prompt, once.
+
+        ``preamble``: (role, text) turns before the first observation, alternating user and
+        assistant from a user turn (the env's instruction and worked examples): context, loss mask 0.
+        """
         self._require("start", "start")
         _require_text(first_observation)
-        messages = _messages(self.system_prompt, ("user", first_observation))
+        _check_preamble(preamble)
+        messages = _messages(self.system_prompt, *preamble, ("user", first_observation))
         token_ids = self.tokenizer.apply_chat_template(
             messages,
             tokenize=True,

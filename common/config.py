@@ -87,6 +87,38 @@ class RolloutSection:
     """Token budget of a whole episode (prompt, observations and actions)."""
     system_prompt: str = "You are an agent. Reply with one action."
     """System message at the start of every episode; empty for none."""
+    conversation_start: bool = True
+    """Open each episode as AgentGym's clients do: the env's instruction as a user turn, the
+    assistant's acknowledgement, then worked example exchanges, then the first observation (all
+    context, never trained on). False: the instruction is prepended to the first observation and
+    no example is shown."""
+    num_examples: int = -1
+    """Worked example exchanges before the first observation; -1: each env's own default (the
+    number that helps a small model write its action format)."""
+    conversation_per_env: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per-env overrides of ``conversation_start`` and ``num_examples``, e.g.
+    ``{search-v0: {num_examples: 0}}``."""
+
+    def __post_init__(self) -> None:
+        for env_id, overrides in {"rollout": {"conversation_start": self.conversation_start,
+                                              "num_examples": self.num_examples},
+                                  **self.conversation_per_env}.items():
+            unknown = set(overrides) - {"conversation_start", "num_examples"}
+            if unknown:
+                raise ValueError(f"conversation_per_env.{env_id}: unknown keys {sorted(unknown)}; "
+                                 "valid: conversation_start, num_examples")
+            if not isinstance(overrides.get("conversation_start", True), bool):
+                raise ValueError(f"{env_id}: conversation_start must be true or false")
+            examples = overrides.get("num_examples", -1)
+            if isinstance(examples, bool) or not isinstance(examples, int) or examples < -1:
+                raise ValueError(f"{env_id}: num_examples must be an int >= -1 (-1: the env's default), "
+                                 f"got {examples!r}")
+
+    def conversation_for(self, env_id: str) -> tuple[bool, int | None]:
+        """(conversation start on?, examples to show or None for the env's default) for ``env_id``."""
+        overrides = self.conversation_per_env.get(env_id, {})
+        examples = overrides.get("num_examples", self.num_examples)
+        return overrides.get("conversation_start", self.conversation_start), None if examples < 0 else examples
 
 
 @dataclass(frozen=True)

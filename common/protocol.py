@@ -90,6 +90,9 @@ class Trajectory:
     turn_observations: np.ndarray = array_field("<u8", optional=True)
     """A 64-bit fingerprint of the observation each turn answered (``observation_fingerprint``):
     turns of one group that saw the same observation share an anchor state (GiGPO)."""
+    turn_action_parsed: np.ndarray = array_field("u1", optional=True)
+    """1 where the turn's reply held an action in the env's format (the env's ``action_parsed``),
+    else 0: ``rollout/valid_action_frac`` and the learner's optional format reward read it."""
     reward: float = 0.0
     success: bool = False
     terminated: bool = False

@@ -9,7 +9,15 @@ envhub/conformance.py and by `StepResult` itself):
 - an invalid action gets an explanatory observation, never an exception;
 - `truncated` means an env-internal time limit only; the actor enforces the turn cap itself;
 - `step` must not block the event loop (use `asyncio.to_thread` for heavy work), otherwise
-  the server's per-call deadline cannot interrupt it.
+  the server's per-call deadline cannot interrupt it;
+- a step may say whether the reply held an action in the env's format, `info["action_parsed"]`
+  (bool), and whether that action could be carried out here, `info["action_valid"]` (bool): the
+  actors count them (`rollout/valid_action_frac`) and the learner's optional format reward reads
+  the first.
+
+What the agent reads before the first observation (the task instruction, an acknowledgement, worked
+example exchanges) is the env's `conversation_start`, not part of the observation: the actor renders
+it as turns of its own, as AgentGym's clients do, so a run can switch the examples on or off.
 """
 
 from __future__ import annotations
@@ -66,6 +74,66 @@ def _check_reward(reward: object) -> None:
         raise StepContractError(f"reward must lie in [0, 1], got {reward!r}")
 
 
+ACKNOWLEDGEMENT = "OK. I'll follow your instructions and try my best to solve the task."
+"""The assistant turn that answers the instruction in AgentGym's clients, word for word."""
+
+
+@dataclass(frozen=True)
+class ConversationStart:
+    """The turns before an episode's first observation (AgentGym's ``conversation_start``).
+
+    Rendered by the actor as ``user: instruction``, ``assistant: acknowledgement``, then the
+    turns of the first ``n`` examples (each a short worked episode of (observation, reply)
+    pairs in the env's exact action format, from a task other than the one being played), then
+    ``user: first observation``. These tokens are context: never trained on.
+    """
+
+    instruction: str = ""
+    """The task's rules and reply format; empty: no instruction turn (the observations say it all)."""
+    acknowledgement: str = ACKNOWLEDGEMENT
+    """The assistant's reply to the instruction."""
+    examples: tuple[tuple[tuple[str, str], ...], ...] = ()
+    """Worked examples; each a tuple of (observation, reply) turns."""
+    default_examples: int = 0
+    """Examples shown when the run does not say how many (the env's own judgement of what helps)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "examples", tuple(tuple((str(o), str(r)) for o, r in ex) for ex in self.examples))
+        if not all(self.examples) or not 0 <= self.default_examples <= len(self.examples):
+            raise ValueError(f"examples must be non-empty exchanges and default_examples in [0, "
+                             f"{len(self.examples)}], got {self.default_examples}")
+
+    def turns(self, num_examples: int | None = None) -> list[tuple[str, str]]:
+        """(role, text) turns to render before the first observation; ``None``: the env's default
+        number of examples. No instruction turn when the env has none (its observations say it all)."""
+        count = self.default_examples if num_examples is None else num_examples
+        if not 0 <= count <= len(self.examples):
+            raise ValueError(f"this env has {len(self.examples)} worked examples; {count} asked for")
+        turns = [("user", self.instruction), ("assistant", self.acknowledgement)] if self.instruction else []
+        for example in self.examples[:count]:
+            for observation, reply in example:
+                turns += [("user", observation), ("assistant", reply)]
+        return turns
+
+    def to_json(self) -> dict[str, Any]:
+        return {"instruction": self.instruction, "acknowledgement": self.acknowledgement,
+                "examples": [[list(turn) for turn in example] for example in self.examples],
+                "default_examples": self.default_examples}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ConversationStart:
+        """Inverse of ``to_json``; ``ValueError`` on anything else."""
+        try:
+            examples = tuple(tuple((o, r) for o, r in example) for example in data["examples"])
+            fields = (data["instruction"], data["acknowledgement"], data["default_examples"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ValueError(f"not a conversation start: {error!r}") from None
+        if not (all(isinstance(x, str) for x in fields[:2]) and isinstance(fields[2], int)
+                and all(isinstance(t, str) for ex in examples for turn in ex for t in turn)):
+            raise ValueError("not a conversation start: instruction, acknowledgement and turns must be text")
+        return cls(fields[0], fields[1], examples, fields[2])
+
+
 class Environment(abc.ABC):
     """One episode at a time of a text environment; the server makes one instance per session."""
 
@@ -82,6 +150,12 @@ class Environment(abc.ABC):
 
     async def close(self) -> None:
         """Release resources held by this instance; the default holds none."""
+
+    @classmethod
+    def conversation_start(cls, **options: Any) -> ConversationStart:
+        """The instruction and worked examples shown before the first observation under ``options``
+        (the env's constructor keywords); the default has none."""
+        return ConversationStart()
 
     @classmethod
     def task_splits(cls, **options: Any) -> dict[str, range]:

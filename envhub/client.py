@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import aiohttp
 
 from common.auth import token_from_env
-from envhub.base import StepResult
+from envhub.base import ConversationStart, StepResult
 
 _KEEPALIVE_S = 30.0
 """Below the server's keep-alive timeout (75 s), so the client never reuses a connection the
@@ -87,6 +87,12 @@ class EnvClient:
 
     async def close(self, session_id: str) -> None:
         await self._request("DELETE", f"/sessions/{session_id}")
+
+    async def conversation_start(self, env_id: str) -> ConversationStart:
+        """What `env_id` shows before its first observation, under the server's options for it."""
+        body = await self._request("GET", f"/envs/{env_id}/conversation")
+        with _malformed_answer("GET /envs/{id}/conversation"):
+            return ConversationStart.from_json(body)
 
     async def list_envs(self) -> list[dict[str, Any]]:
         return await self._request("GET", "/envs")

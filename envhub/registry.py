@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from envhub.base import Environment
+from envhub.base import ConversationStart, Environment
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*-v(0|[1-9][0-9]*)$")
 _ENTRY_POINT_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -132,6 +132,20 @@ def task_ids(id: str, split: str, **options: Any) -> list[str]:
     if split not in splits:
         raise KeyError(f"env {id!r} has no split {split!r}; splits: {', '.join(sorted(splits))}")
     return [str(number) for number in splits[split]]
+
+
+def conversation_start(id: str, **options: Any) -> ConversationStart:
+    """What env `id` shows before its first observation under `options` (its constructor keywords)."""
+    merged = {**spec(id).kwargs, **options}
+    return _conversation_start(id, json.dumps(merged, sort_keys=True, default=str))
+
+
+@functools.lru_cache(maxsize=64)
+def _conversation_start(id: str, options_json: str) -> ConversationStart:
+    start = load_env_class(id).conversation_start(**json.loads(options_json))
+    if not isinstance(start, ConversationStart):
+        raise TypeError(f"{id}: conversation_start() must return a ConversationStart, got {type(start).__name__}")
+    return start
 
 
 def load_env_class(id: str) -> type[Environment]:

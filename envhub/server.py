@@ -3,6 +3,8 @@
 Endpoints (JSON):
     GET    /health                    {"status": "ok", "sessions": n, "stats": {...}}
     GET    /envs                      [{"id", "max_turns", "splits": {name: count} | null, ["error"]}]
+    GET    /envs/{env_id}/conversation {"instruction", "acknowledgement", "examples", "default_examples"}:
+                                      what the agent reads before the first observation (envhub/base.py)
     POST   /sessions                  {"env_id", "task_id", "seed"} -> 201 {"session_id", "observation", "info"}
     POST   /sessions/{sid}/step       {"action"} -> {"observation", "reward", "terminated", "truncated", "info"}
     DELETE /sessions/{sid}            {"closed": true}   (idempotent for sessions the server already closed)
@@ -136,6 +138,16 @@ class SessionService:
     def options(self, env_id: str) -> dict[str, Any]:
         """Constructor options configured for `env_id` (``envhub.env_options``)."""
         return dict(self.cfg.env_options.get(env_id, {}))
+
+    def conversation_start(self, env_id: str) -> dict[str, Any]:
+        """The env's instruction and worked examples under this server's options for it."""
+        try:
+            return registry.conversation_start(env_id, **self.options(env_id)).to_json()
+        except registry.UnknownEnvError as error:
+            raise self._error("unknown_env", 404, str(error)) from None
+        except (TypeError, ValueError) as error:  # options the env refuses, e.g. agentgym-v0's instruction
+            raise self._error("env_config", 400, f"env {env_id}: no conversation start under its "
+                              f"envhub.env_options: {error}") from None
 
     def _error(self, kind: str, status_code: int, message: str) -> HTTPException:
         self.stats.errors[kind] += 1
@@ -303,6 +315,10 @@ def _add_routes(app: FastAPI, service: SessionService) -> None:
     @app.get("/envs")
     async def list_envs() -> list[dict[str, Any]]:
         return [_describe_env(env_spec, service.options(env_spec.id)) for env_spec in registry.list_specs()]
+
+    @app.get("/envs/{env_id}/conversation")
+    async def conversation(env_id: str) -> dict[str, Any]:
+        return service.conversation_start(env_id)
 
     @app.post("/sessions", status_code=201, response_model=CreateSessionResponse)
     async def create_session(request: CreateSessionRequest) -> CreateSessionResponse:

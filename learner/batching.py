@@ -14,6 +14,7 @@ import torch
 
 from common.protocol import Trajectory
 from learner.head import Group
+from learner.shaping import format_shaped_rewards
 from learner.turns import BatchTurns, batch_turns
 
 
@@ -53,11 +54,13 @@ def split_stale(groups: list[Group], version: int, max_lag: int) -> tuple[list[G
     return fresh, stale
 
 
-def collate(groups: list[Group]) -> Batch | None:
-    """Pad the ok episodes of ``groups`` into a batch; None if none is trainable."""
+def collate(groups: list[Group], format_coef: float = 0.0) -> Batch | None:
+    """Pad the ok episodes of ``groups`` into a batch; None if none is trainable. ``format_coef``:
+    the rewards carry the format penalty (``learner/shaping.py``); the episodes stay as sent."""
     rows = [(gi, e) for gi, g in enumerate(groups) for e in g.episodes if e.status == "ok"]
     if not rows:
         return None
+    shaped = [format_shaped_rewards(e, format_coef) for _, e in rows]
     width = max(len(e.token_ids) for _, e in rows)
 
     def pad(attr: str, fill, dtype) -> torch.Tensor:
@@ -74,8 +77,8 @@ def collate(groups: list[Group]) -> Batch | None:
         loss_mask=pad("loss_mask", 0, np.float32),
         behavior_logprobs=pad("behavior_logprobs", 0.0, np.float32),
         token_versions=pad("token_versions", -1, np.int64),
-        rewards=torch.tensor([e.reward for _, e in rows], dtype=torch.float32),
+        rewards=torch.tensor([reward for reward, _ in shaped], dtype=torch.float32),
         group_index=torch.tensor([gi for gi, _ in rows], dtype=torch.long),
         episodes=[e for _, e in rows],
-        turns=batch_turns([e for _, e in rows], [gi for gi, _ in rows]),
+        turns=batch_turns([e for _, e in rows], [gi for gi, _ in rows], [turn for _, turn in shaped]),
     )

@@ -85,6 +85,9 @@ class AlgorithmConfig:
     pre-update policy, computed once without gradients."""
     minibatches: int = 1
     """Optimizer steps per pass, each on an equal share of the batch's episodes."""
+    format_coef: float = 0.0
+    """Format reward (``learner/shaping.py``): each turn whose reply held no action in the env's
+    format costs ``format_coef / num_turns``; in [0, 1), so task success always outscores it."""
 
     def __post_init__(self) -> None:
         _check_choice("advantage", self.advantage, ADVANTAGES)
@@ -101,6 +104,7 @@ class AlgorithmConfig:
             (0 < self.seq_mask_high <= self.seq_mask_low, "seq_mask_high must exceed seq_mask_low"),
             (self.ppo_epochs < 1 or self.minibatches < 1, "ppo_epochs and minibatches must be >= 1"),
             (self.step_advantage_weight < 0, "step_advantage_weight must be >= 0"),
+            (not 0 <= self.format_coef < 1, "format_coef must be in [0, 1) so that task success outscores it"),
         ) if failed]
         if problems:
             raise ValueError("learner.algorithm: " + "; ".join(problems))

@@ -215,7 +215,7 @@ class Learner:
         t0 = time.monotonic()
         episodes, self._failed_episodes = self._failed_episodes + [e for g in groups for e in g.episodes], []
         scalars = rollout_scalars(episodes, self.version)
-        batch = collate(groups)  # every group has an ok episode (``_drop_failed``)
+        batch = collate(groups, self.cfg.learner.algorithm.format_coef)  # every group has an ok episode (``_drop_failed``)
         broadcast_command(Command.TRAIN, self.step)
         scalars.update(self.policy.train(broadcast_batch(batch)))
         self.trained_log.record(batch, self.policy.trainer.last_advantages, self.step + 1)

@@ -33,10 +33,13 @@ def has_turn_data(episode: Trajectory) -> bool:
     return len(episode.turn_rewards) == turns and len(episode.turn_observations) == turns
 
 
-def batch_turns(episodes: list[Trajectory], group_index: list[int]) -> BatchTurns | None:
-    """The turns of ``episodes`` (batch rows, with their groups); None if one lacks turn data."""
+def batch_turns(episodes: list[Trajectory], group_index: list[int],
+                turn_rewards: list[np.ndarray] | None = None) -> BatchTurns | None:
+    """The turns of ``episodes`` (batch rows, with their groups); None if one lacks turn data.
+    ``turn_rewards``: each episode's turn rewards as trained on (shaped), else the env's."""
     if not all(has_turn_data(e) for e in episodes):
         return None
+    turn_rewards = [e.turn_rewards for e in episodes] if turn_rewards is None else turn_rewards
     rows, keys = [], []
     for row, (episode, group) in enumerate(zip(episodes, group_index)):
         rows.extend([row] * len(episode.turn_rewards))
@@ -45,6 +48,6 @@ def batch_turns(episodes: list[Trajectory], group_index: list[int]) -> BatchTurn
     return BatchTurns(
         row=torch.tensor(rows, dtype=torch.long),
         spans=torch.from_numpy(np.concatenate([e.turn_spans.reshape(-1, 2) for e in episodes]).astype(np.int64)),
-        rewards=torch.from_numpy(np.concatenate([e.turn_rewards for e in episodes]).astype(np.float32)),
+        rewards=torch.from_numpy(np.concatenate(turn_rewards).astype(np.float32)),
         anchor=torch.tensor([anchor_ids.setdefault(key, len(anchor_ids)) for key in keys], dtype=torch.long),
     )

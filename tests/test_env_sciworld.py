@@ -97,7 +97,7 @@ def test_task_table_matches_the_simulators_own_splits() -> None:
 # --- episodes -----------------------------------------------------------------------------
 
 
-def test_reset_shows_format_task_and_room_and_is_deterministic() -> None:
+def test_reset_shows_task_and_room_and_is_deterministic_and_the_instruction_is_the_conversation_start() -> None:
     async def run() -> None:
         env = SciWorldEnv()
         try:
@@ -105,12 +105,13 @@ def test_reset_shows_format_task_and_room_and_is_deterministic() -> None:
             again, _ = await env.reset(str(FIND_LIVING_THING_0), seed=5)
         finally:
             await env.close()
-        assert "Your task is to find a(n) living thing" in observation
-        assert "Thought:" in observation and "Action:" in observation and "valid actions" in observation
+        assert observation.startswith("Your task is to find a(n) living thing")
+        instruction = SciWorldEnv.conversation_start().instruction
+        assert "Thought:" in instruction and "Action:" in instruction and "valid actions" in instruction
         assert "This room is called the hallway" in observation
         assert again == observation  # a variation fixes the world; the seed is ignored
         assert info == {"success": False, "best_score": 0.0, "score": 0, "task_name": "find-living-thing",
-                        "variation": 0, "split": "train"}
+                        "variation": 0, "split": "train", "action_parsed": True}
 
     asyncio.run(run())
 

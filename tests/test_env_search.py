@@ -216,7 +216,8 @@ def test_bad_replies_get_feedback_and_keep_the_episode_going(small_dataset: dict
         assert nothing.observation == "<information>No passage matched the query.</information>"
         cut = await env.step("<search>okapi</search>")
         assert "Doc 1 (Title: Okapi) The okapi is a giraf ..." in cut.observation
-        assert cut.info == {"success": False, "searches": 2}
+        assert cut.info == {"success": False, "searches": 2, "action_parsed": True}
+        assert [r.info["action_parsed"] for r in (no_tag, empty, too_long)] == [False, False, True]
 
     asyncio.run(body())
 

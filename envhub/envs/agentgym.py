@@ -60,7 +60,7 @@ from typing import Any
 import httpx
 
 from envhub.actions import MalformedAction, extract_action
-from envhub.base import Environment, StepResult
+from envhub.base import ACKNOWLEDGEMENT, ConversationStart, Environment, StepResult
 from envhub.options import parse_options
 
 ACTION_FORMATS = ("thought_action", "raw")
@@ -120,6 +120,19 @@ class AgentGymOptions:
     close_path: str = "/close"
     """Route that frees the server's env; empty for servers without one."""
 
+    instruction: str = ""
+    """The env's instruction, shown as its own user turn before the first observation: paste the
+    ``conversation_start`` text of the server's AgentGym client (agentenv/envs/<env>.py)."""
+
+    acknowledgement: str = ACKNOWLEDGEMENT
+    """The assistant's reply to the instruction (AgentGym's clients: "OK. I'll follow ..." or "Ok.")."""
+
+    examples: list[list[list[str]]] = field(default_factory=list)
+    """Worked examples: each a list of ``[observation, reply]`` turns in the server's action format."""
+
+    default_examples: int = 0
+    """Examples shown when the run does not say (``rollout.num_examples``)."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
             raise ValueError(f"agentgym: option url must be an http(s) URL of an AgentGym server, got {self.url!r}")
@@ -131,6 +144,15 @@ class AgentGymOptions:
             raise ValueError("agentgym: set num_tasks or splits, not both")
         if self.num_tasks is not None or self.splits is not None:
             self.task_splits()  # validates them now rather than at the first session
+        self.conversation_start()
+
+    def conversation_start(self) -> ConversationStart:
+        """The instruction and examples given in the options (``ValueError`` if malformed)."""
+        if not all(isinstance(turn, list) and len(turn) == 2 for example in self.examples for turn in example):
+            raise ValueError("agentgym: examples must be lists of [observation, reply] turns")
+        return ConversationStart(self.instruction, self.acknowledgement,
+                                 tuple(tuple(tuple(turn) for turn in example) for example in self.examples),
+                                 self.default_examples)
 
     def task_splits(self) -> dict[str, range]:
         """Task indices per split, from ``num_tasks`` or ``splits``."""
@@ -197,6 +219,10 @@ class AgentGymEnv(Environment):
     def task_splits(cls, **options: Any) -> dict[str, range]:
         return AgentGymOptions.parse(options).task_splits()
 
+    @classmethod
+    def conversation_start(cls, **options: Any) -> ConversationStart:
+        return AgentGymOptions.parse(options).conversation_start()
+
     async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
         if self._remote_id is None:
             self._remote_id = await self._create()
@@ -213,7 +239,8 @@ class AgentGymEnv(Environment):
         if self.options.action_format == "thought_action":
             parsed = extract_action(action)
             if isinstance(parsed, MalformedAction):
-                return StepResult(parsed.feedback, 0.0, False, False, {"success": False, "malformed_action": True})
+                return StepResult(parsed.feedback, 0.0, False, False,
+                                  {"success": False, "malformed_action": True, "action_parsed": False})
             action = parsed
         answer = await self._call("POST", "/step", {**self._id_param(), "action": action})
         observation = observation_text(answer)
@@ -222,7 +249,8 @@ class AgentGymEnv(Environment):
                                       f"{str(answer)[:300]}")
         reward, reached_one = self._reward(answer.get(self.options.reward_field, 0.0))
         success = answer["success"] if isinstance(answer.get("success"), bool) else reached_one
-        info = {"success": bool(answer["done"] and success), "server_reward": answer.get(self.options.reward_field)}
+        info = {"success": bool(answer["done"] and success), "server_reward": answer.get(self.options.reward_field),
+                "action_parsed": True}
         return StepResult(observation, reward, answer["done"], False, info)
 
     def _reward(self, raw: Any) -> tuple[float, bool]:

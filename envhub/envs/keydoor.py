@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envhub.actions import MalformedAction, extract_action
-from envhub.base import Environment, StepResult
+from envhub.base import ConversationStart, Environment, StepResult
 from envhub.options import parse_options
 
 ROOM_POOL = ("kitchen", "garden", "attic", "cellar", "library", "study")
@@ -27,6 +27,15 @@ ROOMS_PER_TASK = 3
 ACTIONS_HELP = "Actions: go <room>, take key, go hall, open door."
 
 _GO_PATTERN = re.compile(r"^go (?:to )?(?:the )?([a-z]+)$")
+
+# A won episode in the env's own words, each reply in AgentGym's "Action: <command>" form.
+_WORKED_EXAMPLE = (
+    (f"You are in a hall with a locked door. {ACTIONS_HELP} Rooms: garden, attic, study. "
+     "A key jingles in the attic.", "Action: go attic"),
+    ("You are in the attic. A key lies here. Try: take key.", "Action: take key"),
+    ("You take the key. Now go hall and open door.", "Action: go hall"),
+    ("You are in the hall. The door is here. Rooms: garden, attic, study. You hold the key.", "Action: open door"),
+)
 
 
 def normalize_action(action: str) -> str:
@@ -88,6 +97,14 @@ class KeyDoorEnv(Environment):
         "open door",
     )
 
+    @classmethod
+    def conversation_start(cls, **options: Any) -> ConversationStart:
+        """No instruction turn (the first observation names the actions); one worked example, off by
+        default: the tiny model reads bare observations, an instruction-tuned model needs the
+        example to reply ``Action: <command>`` at all (SmolLM2: 0 of 24 first replies without it)."""
+        parse_options(KeyDoorOptions, options, "keydoor-v0")
+        return ConversationStart(examples=(_WORKED_EXAMPLE,), default_examples=0)
+
     def __init__(self, **options: Any) -> None:
         self.options = parse_options(KeyDoorOptions, options, "keydoor-v0")
         self._latency_s = 0.0
@@ -97,6 +114,7 @@ class KeyDoorEnv(Environment):
         self._has_key = False
         self._brought_key = False
         self._done = True
+        self._parsed = True
 
     async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
         self._latency_s = self.options.latency_s(task_id)
@@ -118,6 +136,7 @@ class KeyDoorEnv(Environment):
         await self._wait()
         reply = extract_action(action, require_marker=False)  # "Action: go attic" or a bare "go attic"
         command = "" if isinstance(reply, MalformedAction) else normalize_action(reply)
+        self._parsed = command in ("open door", "take key") or bool(_GO_PATTERN.match(command))
         if command == "open door":
             return self._open_door()
         if command == "take key":
@@ -188,4 +207,4 @@ class KeyDoorEnv(Environment):
             await asyncio.sleep(self._latency_s)
 
     def _info(self, success: bool) -> dict[str, Any]:
-        return {"success": success, "room": self._location, "has_key": self._has_key}
+        return {"success": success, "room": self._location, "has_key": self._has_key, "action_parsed": self._parsed}

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from envhub.actions import MalformedAction, extract_action
-from envhub.base import Environment, StepResult
+from envhub.base import ConversationStart, Environment, StepResult
 from envhub.envs.sciworld import task_index
 from envhub.envs.sciworld.jvm_pool import JvmPool, ScienceWorldJvm, get_pool
 from envhub.options import parse_options
@@ -42,18 +42,30 @@ HINT_COMMANDS = ("valid actions", "hint")
 REFUSED_COMMANDS = ("reset task",)
 MAX_SCORE = 100
 
+# AgentGym's SciWorld instruction (agentenv/envs/sciworld.py, conversation_start), word for word, then
+# one line on this env's hint command, which AgentGym's server does not have.
 INSTRUCTIONS = (
-    "You are an agent in ScienceWorld, a text simulation of a house with science equipment. Every turn "
-    "you get an observation and reply with one action, to finish the given task.\n"
-    "Actions (OBJ is an object, LOC a place): open OBJ, close OBJ, activate OBJ, deactivate OBJ, "
-    "connect OBJ to OBJ, disconnect OBJ, use OBJ [on OBJ], look around, look at OBJ, look in OBJ, read OBJ, "
-    "move OBJ to OBJ, pick up OBJ, put down OBJ, pour OBJ in OBJ, dunk OBJ in OBJ, mix OBJ, go to LOC, "
-    "eat OBJ, flush OBJ, focus on OBJ (signal intent on a task object; focusing on a wrong one fails the "
-    "task), wait (10 time steps), wait1 (1 time step), task (repeat the task), inventory.\n"
-    'The action "valid actions" lists some actions possible here; it does not change the world but uses a turn.\n'
-    "Your response should use the following format:\n"
-    "Thought: your thoughts.\n"
-    "Action: your next action"
+    'You are an agent for science world. Every round I will give you an observation, you have to respond an '
+    'action based on the observation to finish the given task. Here are the actions you may take: [{"action": '
+    '"open/close OBJ", "description": "open/close a container"}, {"action": "de/activate OBJ", "description": '
+    '"activate/deactivate a device"}, {"action": "connect OBJ to OBJ", "description": "connect electrical '
+    'components"}, {"action": "disconnect OBJ", "description": "disconnect electrical components"}, {"action": '
+    '"use OBJ [on OBJ]", "description": "use a device/item"}, {"action": "look around", "description": "describe '
+    'the current room"}, {"action": "look at OBJ", "description": "describe an object in detail"}, {"action": '
+    '"look in OBJ", "description": "describe a container\'s contents"}, {"action": "read OBJ", "description": '
+    '"read a note or book"}, {"action": "move OBJ to OBJ", "description": "move an object to a container"}, '
+    '{"action": "pick up OBJ", "description": "move an object to the inventory"}, {"action": "put down OBJ", '
+    '"description": "drop an inventory item"}, {"action": "pour OBJ into OBJ", "description": "pour a liquid into '
+    'a container"}, {"action": "dunk OBJ into OBJ", "description": "dunk a container into a liquid"}, {"action": '
+    '"mix OBJ", "description": "chemically mix a container"}, {"action": "go to LOC", "description": "move to a new '
+    'location"}, {"action": "eat OBJ", "description": "eat a food"}, {"action": "flush OBJ", "description": "flush '
+    'a toilet"}, {"action": "focus on OBJ", "description": "signal intent on a task object"}, {"action": "wait", '
+    '"description": "take no action for 10 iterations"}, {"action": "wait1", "description": "take no action for 1 '
+    'iteration"}, {"action":"examine OBJ","description":"provides a description of the objects present on or in a '
+    'receptacle."}, {"action": "task", "description": "describe current task"}, {"action": "inventory", '
+    '"description": "list your inventory"}]\nYour response should use the following format:\nThought:\nyour '
+    'thoughts.\n\nAction:\nyour next action'
+    '\n\nThe action "valid actions" lists some actions possible here; it does not change the world but uses a turn.'
 )
 
 
@@ -95,8 +107,9 @@ class SciWorldOptions:
 
 
 def first_observation(task_description: str, room: str) -> str:
-    """Instructions, reply format, the task and the room, as AgentGym's SciWorld client shows them."""
-    return f"{INSTRUCTIONS}\n\n{task_description.strip()}\n{room.strip()}"
+    """The task and the room, as AgentGym's SciWorld server shows them (the instruction is the
+    conversation start's)."""
+    return f"{task_description.strip()}\n{room.strip()}"
 
 
 def hint_text(valid_actions: list[str], max_actions: int) -> str:
@@ -134,6 +147,12 @@ class SciWorldEnv(Environment):
         self._best_score = 0
         self._done = True
 
+    @classmethod
+    def conversation_start(cls, **options: Any) -> ConversationStart:
+        """AgentGym's instruction; no worked example yet."""
+        SciWorldOptions.parse(options)
+        return ConversationStart(INSTRUCTIONS)
+
     @property
     def jvm_pid(self) -> int | None:
         """Process id of the JVM this session holds (None before the first reset)."""
@@ -155,7 +174,7 @@ class SciWorldEnv(Environment):
             raise RuntimeError("step() called after the episode ended; call reset() first")
         parsed = extract_action(action)
         if isinstance(parsed, MalformedAction):
-            return self._unscored(parsed.feedback, malformed_action=True)
+            return self._unscored(parsed.feedback, malformed_action=True, action_parsed=False)
         command = " ".join(parsed.split())
         keyword = command.lower().rstrip(".!")
         if keyword in HINT_COMMANDS:
@@ -222,7 +241,7 @@ class SciWorldEnv(Environment):
 
     def _info(self, score: int | None, success: bool) -> dict[str, Any]:
         task = self._task
-        info: dict[str, Any] = {"success": success, "best_score": self._best_score / MAX_SCORE}
+        info: dict[str, Any] = {"success": success, "best_score": self._best_score / MAX_SCORE, "action_parsed": True}
         if score is not None:
             info["score"] = score
         if task is not None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envhub.base import Environment, StepResult
+from envhub.base import ConversationStart, Environment, StepResult
 from envhub.envs.search.answers import exact_match
 from envhub.envs.search.data import Passage, Question, load_questions
 from envhub.envs.search.retriever import BM25Retriever, shared_retriever
@@ -43,6 +43,14 @@ INSTRUCTION = (
     "<information> and </information>. You can search as many times as you want. If you find no "
     "further external knowledge needed, you can directly provide the answer inside <answer> and "
     "</answer>, without detailed illustrations. For example, <answer> Beijing </answer>."
+)
+# AgentGym's SearchQA client opens with this user turn and the reply "Ok." (agentenv/envs/searchqa.py);
+# its server's first observation is the Search-R1 prompt above with the question, as here.
+AGENTGYM_INSTRUCTION = (
+    "You must always reason inside <think>...</think> first; if you lack knowledge, issue a <search>...</search> "
+    "and then stop; do not generate <information> or <answer> yet; wait for external input between "
+    "<information>...</information> before continuing; resume only when new <information> is given; do not skip "
+    "steps or anticipate answers early."
 )
 FORMAT_FEEDBACK = (
     "My previous action is invalid. If I want to search, I should put the query between <search> and "
@@ -168,6 +176,11 @@ class DeepSearchEnv(Environment):
         corpus_path, questions_path = self._data_paths()
         return shared_retriever(corpus_path), shared_questions(questions_path)
 
+    @classmethod
+    def conversation_start(cls, **options: Any) -> ConversationStart:
+        """AgentGym's SearchQA instruction and its "Ok."; no worked example yet."""
+        return ConversationStart(AGENTGYM_INSTRUCTION, acknowledgement="Ok.")
+
     async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
         self._retriever, questions = await asyncio.to_thread(self._load)
         row = int(task_id)
@@ -182,9 +195,9 @@ class DeepSearchEnv(Environment):
             raise RuntimeError("step() called outside an episode; call reset() first")
         parsed = parse_reply(action)
         if parsed is None:
-            return self._continue(FORMAT_FEEDBACK)
+            return self._continue(FORMAT_FEEDBACK, parsed=False)
         if not parsed.content:
-            return self._continue(f"The <{parsed.kind}> tag was empty. {FORMAT_FEEDBACK}")
+            return self._continue(f"The <{parsed.kind}> tag was empty. {FORMAT_FEEDBACK}", parsed=False)
         if parsed.kind == "answer":
             return self._answer(parsed.content)
         if len(parsed.content) > MAX_QUERY_CHARS:
@@ -200,11 +213,13 @@ class DeepSearchEnv(Environment):
         golden_answers = list(self._question.golden_answers)
         success = exact_match(answer, golden_answers)
         self._question = None  # the episode is over
-        info = {"success": success, "golden_answers": golden_answers, "answer": answer, "searches": self._searches}
+        info = {"success": success, "golden_answers": golden_answers, "answer": answer, "searches": self._searches,
+                "action_parsed": True}
         return StepResult(f"Your answer is {'correct' if success else 'incorrect'}.", float(success), True, False, info)
 
-    def _continue(self, observation: str) -> StepResult:
-        return StepResult(observation, 0.0, False, False, {"success": False, "searches": self._searches})
+    def _continue(self, observation: str, parsed: bool = True) -> StepResult:
+        info = {"success": False, "searches": self._searches, "action_parsed": parsed}
+        return StepResult(observation, 0.0, False, False, info)
 
     async def close(self) -> None:
         # The retriever and questions are process-wide; drop only this session's references.

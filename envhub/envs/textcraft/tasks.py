@@ -13,7 +13,7 @@ import random
 from collections import deque
 
 from envhub.envs.textcraft.catalog import Catalog
-from envhub.envs.textcraft.recipes import Recipe, RecipeBook
+from envhub.envs.textcraft.recipes import Recipe, RecipeBook, display_name
 
 USES_SAMPLED = 10
 
@@ -60,3 +60,8 @@ def crafting_commands(catalog: Catalog, goal: str, rng: random.Random, num_distr
     commands += pick_distractors(catalog, tree, rng, num_distractors)
     rng.shuffle(commands)
     return commands
+
+
+def task_observation(commands: list[str], goal_item: str) -> str:
+    """What AgentGym's TextCraft server shows first: the crafting commands, then the goal."""
+    return "Crafting commands:\n" + "\n".join(commands) + f"\n\nGoal: craft {display_name(goal_item)}."

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from envhub.base import Environment, StepResult
+from envhub.base import ConversationStart, Environment, StepResult
 from envhub.envs.webnav.actions import ACTION_HELP, BadAction, WebAction, parse_reply
 from envhub.envs.webnav.browser import PoolSettings, browser_thread
 from envhub.envs.webnav.evaluators import evaluate
@@ -54,6 +54,12 @@ class WebNavEnv(Environment):
         self._last_tree, self._last_url, self._previous_action, self._done = "", "", "None", True
 
     @classmethod
+    def conversation_start(cls, **options: Any) -> ConversationStart:
+        """The instruction (WebArena's observation and action grammar); no worked example yet."""
+        parse_options(WebNavOptions, options, "webnav-v0")
+        return ConversationStart(INSTRUCTION)
+
+    @classmethod
     def task_splits(cls, **options: Any) -> dict[str, list[int]]:
         return catalog_for(parse_options(WebNavOptions, options, "webnav-v0")).split_ids
 
@@ -65,7 +71,7 @@ class WebNavEnv(Environment):
         self._tabs = await self._runtime.call(self._open_tabs(start_urls, cookies))
         self._task, self._previous_action, self._done = task, "None", False
         observation = await self._observe()
-        return f"{INSTRUCTION}\n\n{observation}", self._info(success=False)
+        return observation, self._info(success=False)
 
     async def step(self, action: str) -> StepResult:
         if self._done or self._tabs is None or self._task is None:
@@ -74,12 +80,13 @@ class WebNavEnv(Environment):
         if isinstance(parsed, BadAction):
             invalid = f"{action.strip()[:200]!r} (invalid: {parsed.feedback})"
             return StepResult(self._render(self._last_tree, self._last_url, invalid), 0.0, False, False,
-                              self._info(success=False))
+                              self._info(success=False) | {"action_parsed": False})
         if parsed.kind == "stop":
             return await self._stop(parsed.text)
         feedback = await self._runtime.call(self._tabs.execute(parsed))
         self._previous_action = parsed.render() + (f" (failed: {feedback})" if feedback else "")
-        return StepResult(await self._observe(), 0.0, False, False, self._info(success=False))
+        info = self._info(success=False) | {"action_parsed": True, "action_valid": not feedback}
+        return StepResult(await self._observe(), 0.0, False, False, info)
 
     async def close(self) -> None:
         await self._end_episode()
@@ -89,7 +96,8 @@ class WebNavEnv(Environment):
         score, scores = await self._runtime.call(
             evaluate(self._task, answer, self._tabs, self._site_urls, self._site_token))
         self._done = True
-        info = {**self._info(success=score >= 1.0), "score": score, "eval": scores, "answer": answer[:500]}
+        info = {**self._info(success=score >= 1.0), "score": score, "eval": scores, "answer": answer[:500],
+                "action_parsed": True}
         return StepResult(f"The episode is over (stop [{answer[:200]}]). Score: {score:g}.", score, True, False, info)
 
     async def _open_sites(self, task: WebTask) -> list[dict[str, Any]]:

@@ -1,0 +1,58 @@
+"""TextCraft's worked example: a won depth-1 training goal, played through the real game rules.
+
+A small model copies the format of an exchange it has seen far more readily than it follows an
+instruction (SmolLM2-135M: 0 of 24 first replies in the action format without one). The example
+is played here by the same ``Workbench`` the env uses, so its observations are the game's own words,
+and it is drawn from the training split, never from the goals held out for evaluation.
+"""
+
+from __future__ import annotations
+
+import random
+
+from envhub.envs.textcraft.catalog import Catalog, Goal
+from envhub.envs.textcraft.commands import Craft, Get
+from envhub.envs.textcraft.crafting import Workbench
+from envhub.envs.textcraft.recipes import Recipe, display_name
+from envhub.envs.textcraft.tasks import crafting_commands, task_observation
+
+
+def worked_example(catalog: Catalog, num_distractors: int) -> tuple[tuple[str, str], ...]:
+    """(observation, reply) turns of a won episode: get each base ingredient, then craft the goal."""
+    goal, recipe, commands = _example_goal(catalog, num_distractors)
+    bench, turns, observation = Workbench(catalog.book), [], task_observation(commands, goal.item)
+    for ingredient in recipe.ingredients:
+        name = display_name(ingredient.name)
+        reply = _reply(f"I need {ingredient.count} {name} for the {display_name(goal.item)}. I will get it first.",
+                       f"get {ingredient.count} {name}")
+        turns.append((observation, reply))
+        observation = bench.get(Get(ingredient.count, ingredient.name))
+    craft = recipe.command()
+    turns.append((observation, _reply("I have the ingredients now, so I can craft the goal.", craft)))
+    observation, used = bench.craft(Craft(recipe.count, goal.item, tuple((i.name, i.count) for i in recipe.ingredients)))
+    if used is None or not bench.holds(goal.item):
+        raise RuntimeError(f"textcraft-v0: the worked example failed to craft {goal.item}: {observation}")
+    return tuple(turns)
+
+
+def _example_goal(catalog: Catalog, num_distractors: int) -> tuple[Goal, Recipe, list[str]]:
+    """The first depth-1 training goal with one recipe of one or two base ingredients and, where the
+    recipes allow, distractors among its commands (so the example shows picking the right one)."""
+    candidates = []
+    for number in catalog.splits()["depth1_train"]:
+        goal = catalog.goals[number]
+        recipes = catalog.book.recipes.get(goal.item, ())
+        if len(recipes) == 1 and len(recipes[0].ingredients) <= 2 and all(
+                catalog.book.is_base(i.name) for i in recipes[0].ingredients):
+            rng = random.Random(f"textcraft-v0:worked-example:{goal.item}")
+            candidates.append((goal, recipes[0], crafting_commands(catalog, goal.item, rng, num_distractors)))
+            if len(candidates[-1][2]) > min(num_distractors, 2):
+                return candidates[-1]
+    if candidates:
+        return candidates[0]
+    raise ValueError("textcraft-v0: no depth-1 training goal made of base items to show as a worked example")
+
+
+def _reply(thought: str, action: str) -> str:
+    """AgentGym's reply format, as its instruction spells it."""
+    return f"Thought:\n{thought}\n\nAction:\n{action}"

@@ -1,0 +1,54 @@
+"""Worked examples played through the env itself, so their observations are the env's own words.
+
+An env's ``conversation_start`` may show a won episode before the first observation. Written by
+hand, such an example drifts from what the env really says; played here by a scripted policy on a
+training task, it cannot. The play runs on a private event loop in a worker thread, so it works
+from the server's running loop too (the registry caches the result per env and options).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from envhub.base import Environment
+
+Policy = Callable[[str], str]
+"""Observation -> reply, in the env's exact reply format; one per episode (it may remember)."""
+
+
+def play_worked_example(make_env: Callable[[], Environment], task_ids: list[str], new_policy: Callable[[], Policy],
+                        min_turns: int = 1, max_turns: int = 6) -> tuple[tuple[str, str], ...]:
+    """(observation, reply) turns of the first task in ``task_ids`` that a ``new_policy()`` wins in
+    ``min_turns`` to ``max_turns`` turns; ``ValueError`` if it wins none."""
+    with ThreadPoolExecutor(1, thread_name_prefix="worked-example") as pool:
+        play = _first_win(make_env, task_ids, new_policy, range(min_turns, max_turns + 1))
+        return pool.submit(asyncio.run, play).result()
+
+
+async def _first_win(make_env: Callable[[], Environment], task_ids: list[str], new_policy: Callable[[], Policy],
+                     turns_allowed: range) -> tuple[tuple[str, str], ...]:
+    env = make_env()
+    try:
+        for task_id in task_ids:
+            turns = await _play(env, task_id, new_policy(), turns_allowed.stop - 1)
+            if len(turns) in turns_allowed:
+                return turns
+    finally:
+        await env.close()
+    raise ValueError(f"the scripted policy won none of {len(task_ids)} tasks in {turns_allowed.start} to "
+                     f"{turns_allowed.stop - 1} turns")
+
+
+async def _play(env: Environment, task_id: str, policy: Policy, max_turns: int) -> tuple[tuple[str, str], ...]:
+    observation, _ = await env.reset(task_id, 0)
+    turns = []
+    for _ in range(max_turns):
+        reply = policy(observation)
+        turns.append((observation, reply))
+        result = await env.step(reply)
+        if result.terminated or result.truncated:
+            return tuple(turns) if result.info.get("success") else ()
+        observation = result.observation
+    return ()
