@@ -26,6 +26,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent
@@ -118,11 +119,25 @@ def dry_run(cfg: Config, args: argparse.Namespace) -> int:
     return 0
 
 
+def with_warm_model(cfg: Config) -> Config:
+    """``model.warm_start``: make (or find in the cache) the warm model and train from its folder."""
+    if not cfg.model.warm_start:
+        return cfg
+    from learner.warm_start import cached_warm_model  # imports torch: only when a run needs it
+
+    print("warm start: a short supervised pass of the tiny model on random admissible keydoor actions "
+          "(once, ~95 s on 2 cores; then cached) ...", flush=True)
+    path = cached_warm_model(cfg)
+    print(f"warm start: {path}", flush=True)
+    return replace(cfg, model=replace(cfg.model, name=str(path), warm_start=""))
+
+
 def main(argv: list[str]) -> int:
     cfg, args = parse_args(argv)
     if args.dry_run:
         return dry_run(cfg, args)
     run_dir = run_dir_of(cfg)
+    cfg = with_warm_model(cfg)
     from common.placement import PlacementError
     from common.supervisor import Supervisor  # imports Ray: keep --help fast
 

@@ -69,6 +69,16 @@ class ModelSection:
     """Where built or converted models are cached (env LONGHORIZON_CACHE overrides)."""
     dtype: str = "float32"
     """Parameter dtype of learner and CPU engine: float32 or bfloat16."""
+    warm_start: str = ""
+    """``keydoor``: before the run the launcher trains from a warm start of the tiny model (a short
+    supervised pass on random *admissible* keydoor actions, ``learner/warm_start.py``: the format,
+    no policy), made once per keydoor options and prompt and cached in ``cache_dir``; empty: none."""
+
+    def __post_init__(self) -> None:
+        if self.warm_start not in ("", "keydoor"):
+            raise ValueError(f"model.warm_start must be '' or keydoor, got {self.warm_start!r}")
+        if self.warm_start and self.name != "tiny":
+            raise ValueError(f"model.warm_start keydoor starts from the tiny model, not {self.name!r}")
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,11 @@ class Config:
     """Rollout processes."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     """Training process(es)."""
+
+    def __post_init__(self) -> None:
+        if self.model.warm_start == "keydoor" and self.rollout.envs != ["keydoor-v0"]:
+            raise ValueError(f"model.warm_start keydoor is a warm start for keydoor-v0 runs; rollout.envs is "
+                             f"{self.rollout.envs}")
 
 
 # --------------------------------------------------------------------------- documentation

@@ -268,7 +268,9 @@ class Supervisor:
         if p.get("step", 0) == self._last_printed_step:
             return
         self._last_printed_step = p.get("step", 0)
-        print(f"step {p['step']}/{p['max_steps']}  reward {p['reward']:.3f}  success {p['success']:.2f}  "
+        valid = f"  valid_actions {p['valid_action_frac']:.2f}" if p.get("valid_action_frac") is not None else ""
+        print(f"step {p['step']}/{p['max_steps']}  reward {p['reward']:.3f}  success {p['success']:.2f} "
+              f"(first 3 steps {p['success_first_steps']:.2f}, last 3 {p['success_last_steps']:.2f}){valid}  "
               f"turn_cap {p['turn_cap']}  samples/s {p['samples_per_s']:.1f}  policy_lag {p['policy_lag']:.2f}",
               flush=True)
 
@@ -303,8 +305,10 @@ def _last_line(exc: BaseException) -> str:
 
 def _print_summary(summary: dict, run_dir: Path) -> None:
     ledger = summary.get("ledger", {})
+    trend = (f" (mean of the first 3 steps {summary['success_first_steps']:.2f}, of the last 3 "
+             f"{summary['success_last_steps']:.2f})" if "success_first_steps" in summary else "")
     print(f"\ndone: {summary.get('step')} learner steps in {summary.get('wall_s', 0):.1f} s; "
-          f"final reward {summary.get('reward', 0):.3f}, success {summary.get('success', 0):.2f}\n"
+          f"final reward {summary.get('reward', 0):.3f}, success {summary.get('success', 0):.2f}{trend}\n"
           f"leases: {ledger}\ncheckpoint: {summary.get('checkpoint')}\nrun folder: {run_dir}", flush=True)
 
 

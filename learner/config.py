@@ -171,8 +171,12 @@ class LearnerConfig:
     eval_at_end: bool = False
     """Also validate the final policy: a round at ``run.max_steps`` that the learner waits for
     (at most ``eval_end_timeout_s``) before it stops, so a run reports held-out success after."""
+    eval_at_start: bool = False
+    """Validate the untrained policy and wait for that round before the first update (without it the
+    round of step 0 runs beside training, and its later episodes may meet updated weights)."""
     eval_end_timeout_s: float = 600.0
-    """How long the final validation round may take; past it the run stops without it."""
+    """How long a waited-for validation round (``eval_at_start``, ``eval_at_end``) may take; past it
+    the run goes on without it."""
     eval_split: str = "test"
     """Task split of every env in ``rollout.envs`` that validation draws its tasks from."""
     eval_tasks_per_env: int = 16

@@ -10,7 +10,8 @@
    staleness admission (``learner/sampler.py``), at the current policy version and turn cap.
 3. Completed eval groups arrive on the head's ``eval_groups`` queue, never on the training one.
 4. With ``learner.eval_at_end``, one more round on the final policy at ``run.max_steps``: the
-   learner waits for it (up to ``eval_end_timeout_s``) before it stops.
+   learner waits for it (up to ``eval_end_timeout_s``) before it stops. With ``eval_at_start``, the
+   round of step 0 is waited for before the first update, so it measures the untrained policy only.
 5. After every learner step the learner drains that queue without waiting; once every group of
    the round is in, it logs ``eval/<env>/{success,pass@n,reward,num_turns,truncated_frac,
    error_frac,episode_tokens}`` and ``eval/round_s`` at step s.
@@ -130,6 +131,11 @@ class EvalRounds:
     def in_flight(self) -> bool:
         return self._round is not None
 
+    @property
+    def in_flight_step(self) -> int | None:
+        """The step of the round in flight, None when none is."""
+        return None if self._round is None else self._round.step
+
     def start(self, step: int, head: EvalScheduler) -> None:
         """Schedule a round at ``step`` now (the final round: ``learner.eval_at_end``)."""
         assert self._round is None, "one round at a time"
@@ -160,7 +166,7 @@ class EvalRounds:
 def build_eval_rounds(cfg: Config) -> EvalRounds | None:
     """The run's validation, or None when ``learner.eval_every`` is 0."""
     lc = cfg.learner
-    if not lc.eval_every and not lc.eval_at_end:
+    if not lc.eval_every and not lc.eval_at_end and not lc.eval_at_start:
         return None
     if lc.eval_samples > cfg.actors.max_concurrent_episodes:
         raise ValueError(f"learner.eval_samples ({lc.eval_samples}) must not exceed "

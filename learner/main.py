@@ -18,7 +18,8 @@
    e. tensorboard scalars; a checkpoint when due;
    f. validation (``learner.eval_every``): log the eval round that completed, start one when due
       (``learner/evaluation.py``; never waits for eval episodes).
-4. With ``learner.eval_at_end``, one more validation round on the final policy, waited for.
+4. With ``learner.eval_at_end``, one more validation round on the final policy, waited for (and with
+   ``eval_at_start`` one on the untrained policy before step 1).
 5. Final checkpoint, ``Control(stop)`` to the actors and followers, summary.
 
 Run it through the launcher: ``python launch.py --config configs/smoke.yaml``.
@@ -27,6 +28,7 @@ Run it through the launcher: ``python launch.py --config configs/smoke.yaml``.
 from __future__ import annotations
 
 import logging
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -61,6 +63,8 @@ from learner.trained_log import TrainedLog
 log = logging.getLogger("learner")
 
 _RESEND_INTERVAL_S = 2.0
+_TREND_STEPS = 3
+"""Steps averaged at the start and at the end of the success trend in the progress line."""
 """At most one weight resend this often: stale groups arrive in bursts, one resend serves them all."""
 
 
@@ -75,6 +79,7 @@ class Learner:
         self._dropped_failed, self._failed_episodes = 0, []  # groups with no ok episode; metrics-only
         self._actors_behind, self._last_resend_s, self._weight_resends = False, 0.0, 0
         self._progress: dict = {"step": 0}
+        self._success_curve: list[float] = []
         self._stop = threading.Event()
         self.live = not cfg.run.replay
 
@@ -138,13 +143,15 @@ class Learner:
     def run(self) -> dict:
         log.info("training from step %d to %d", self.step, self.cfg.run.max_steps)
         started = time.time()
+        if self.live and self.cfg.learner.eval_at_start and self.step == 0:
+            self._validate_and_wait()  # the untrained policy, before any update reaches the actors
         while self.step < self.cfg.run.max_steps and not self._stop.is_set() and not self._out_of_time(started):
             groups, wait_s = self._collect_groups()
             if groups is None:
                 break
             self._train_on(groups, wait_s)
         if self.live and self.cfg.learner.eval_at_end and not self._stop.is_set():
-            self._final_evaluation()
+            self._validate_and_wait()
         self._finish()
         return {**self._progress, "wall_s": time.time() - started, "ledger": self.source.ledger()}
 
@@ -261,11 +268,12 @@ class Learner:
         if start:
             self.evaluation.maybe_start(self.step, self.source)
 
-    def _final_evaluation(self) -> None:
-        """Validate the final policy (``learner.eval_at_end``): finish the round in flight, then
-        run one at this step and wait for it; the actors keep serving leases meanwhile."""
+    def _validate_and_wait(self) -> None:
+        """A validation round of the policy at this step, waited for (``learner.eval_at_start``,
+        ``eval_at_end``): a round in flight from an earlier step is finished first; the actors keep
+        serving training leases meanwhile."""
         deadline_s = time.monotonic() + self.cfg.learner.eval_end_timeout_s
-        started = False
+        started = self.evaluation.in_flight_step == self.step
         while time.monotonic() < deadline_s and not self._stop.is_set():
             self._evaluate(start=False)
             if not self.evaluation.in_flight:
@@ -274,7 +282,8 @@ class Learner:
                 self.evaluation.start(self.step, self.source)
                 started = True
             time.sleep(0.2)
-        log.warning("final validation round did not complete within %.0f s", self.cfg.learner.eval_end_timeout_s)
+        log.warning("the validation round of step %d did not complete within %.0f s", self.step,
+                    self.cfg.learner.eval_end_timeout_s)
 
     def _broadcast_weights(self) -> None:
         """Send the new version to the weight group, re-forming it first when actors asked to
@@ -326,9 +335,16 @@ class Learner:
         return out
 
     def _update_progress(self, scalars: dict, turn_cap: int) -> None:
+        success = scalars.get("rollout/success", 0.0)
+        self._success_curve.append(round(success, 4))
         self._progress = {
             "step": self.step, "max_steps": self.cfg.run.max_steps, "version": self.version,
-            "reward": scalars.get("rollout/reward", 0.0), "success": scalars.get("rollout/success", 0.0),
+            "reward": scalars.get("rollout/reward", 0.0), "success": success,
+            # One step's success is noisy; the start and the recent mean show whether it learns.
+            "success_first_steps": statistics.mean(self._success_curve[:_TREND_STEPS]),
+            "success_last_steps": statistics.mean(self._success_curve[-_TREND_STEPS:]),
+            "success_curve": list(self._success_curve),
+            "valid_action_frac": scalars.get("rollout/valid_action_frac"),
             "turn_cap": turn_cap, "samples_per_s": scalars["perf/samples_per_s"],
             "policy_lag": scalars.get("async/policy_lag_mean", 0.0),
         }

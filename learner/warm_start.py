@@ -18,13 +18,19 @@ the warm model plays like a random valid agent and has no policy to speak of. Th
 The keydoor options (rooms per task) and the system prompt come from the RL run's config, so
 the warm model reads the observations and prompt it will meet.
 
-    python -m learner.warm_start --config configs/learn_keydoor.yaml --out /tmp/keydoor-warm
+    python -m learner.warm_start --out /tmp/keydoor-warm --observation-weight 0.5   # the default job's
+    python launch.py --model.name /tmp/keydoor-warm --model.warm_start ""
+
+(``python launch.py`` does both: ``model.warm_start: keydoor`` in configs/default.yaml makes the warm
+model once and keeps it in the model cache.)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
 import random
 from pathlib import Path
 
@@ -32,10 +38,15 @@ import torch
 import torch.nn.functional as F
 
 from common.chat import ChatTokenBuffer
-from common.config import RolloutSection, load_config
-from common.models import load_model, load_tokenizer, resolve_model
+from common.config import Config, RolloutSection, load_config
+from common.models import build_once, load_model, load_tokenizer, resolve_model
 from common.paths import default_cache_dir
 from envhub.envs.keydoor import KeyDoorEnv
+
+GAME_OPTIONS = ("room_pool", "rooms_per_task")
+RUN_OBSERVATION_WEIGHT = 0.5
+"""The warm start ``model.warm_start: keydoor`` makes, as the learning test's: it also learns the
+env's replies (the reading a pretrained model brings), while its actions stay random."""
 
 
 def random_valid_episode(task_id: int, seed: int, turn_cap: int, rng: random.Random,
@@ -129,9 +140,23 @@ def warm_start_for_run(config_path: str | None, out_dir: Path, **kwargs) -> floa
     """``warm_start`` on what the RL run will meet: its keydoor options, its system prompt, and
     episodes as long as its largest turn cap (so the warm model has met contexts as long as the
     run's)."""
-    cfg = load_config(config_path)
-    return warm_start(out_dir, turn_cap=max(cfg.learner.horizon.turn_caps), system_prompt=cfg.rollout.system_prompt,
-                      env_options=cfg.envhub.env_options.get("keydoor-v0"), **kwargs)
+    return warm_start(out_dir, **_run_settings(load_config(config_path)), **kwargs)
+
+
+def _run_settings(cfg: Config) -> dict:
+    # Only the options that shape what the agent reads: simulated latency would slow the pass to a crawl.
+    options = {k: v for k, v in cfg.envhub.env_options.get("keydoor-v0", {}).items() if k in GAME_OPTIONS}
+    return {"turn_cap": max(cfg.learner.horizon.turn_caps), "system_prompt": cfg.rollout.system_prompt,
+            "env_options": options}
+
+
+def cached_warm_model(cfg: Config) -> Path:
+    """The warm model a run with ``model.warm_start: keydoor`` starts from, made once per keydoor
+    options, prompt and turn cap (about 95 s on 2 cores) and kept in the model cache."""
+    settings = _run_settings(cfg) | {"observation_weight": RUN_OBSERVATION_WEIGHT}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    target = Path(cfg.model.cache_dir).expanduser() / f"tiny-keydoor-warm-{digest}"
+    return build_once(target, lambda out_dir: warm_start(out_dir, **settings))
 
 
 def main() -> None:

@@ -46,11 +46,12 @@ def sampled_turn(tokenizer, reply: str, *, cut: bool = False) -> list[int]:
     return token_ids if cut else token_ids + [tokenizer.eos_token_id]
 
 
-def run_episode(tokenizer, system_prompt, observations, replies, cut_turns=()):
+def run_episode(tokenizer, system_prompt, observations, replies, cut_turns=(), preamble=()):
     """Feed alternating observations and sampled turns; return the buffer and the messages."""
     buffer = ChatTokenBuffer(tokenizer, system_prompt)
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    buffer.start(observations[0])
+    buffer.start(observations[0], preamble)
+    messages += [{"role": role, "content": text} for role, text in preamble]
     messages.append({"role": "user", "content": observations[0]})
     for turn, (reply, observation) in enumerate(zip(replies, observations[1:])):
         token_ids = sampled_turn(tokenizer, reply, cut=turn in cut_turns)
@@ -77,6 +78,30 @@ def test_buffer_equals_whole_conversation_tokenization(tokenizer, system_prompt)
     assert arrays["logprobs"].dtype == np.float32 and arrays["versions"].dtype == np.int32
     assert arrays["turn_spans"].shape == (3, 2) and arrays["turn_spans"].dtype == np.int32
     assert len({len(array) for name, array in arrays.items() if name != "turn_spans"}) == 1
+
+
+PREAMBLE = [("user", "Find the key and open the door. Reply 'Action: <action>'."),
+            ("assistant", "OK. I'll follow your instructions and try my best to solve the task."),
+            ("user", "You are in the hall. Exits: attic."), ("assistant", "Action: go attic")]
+
+
+@pytest.mark.parametrize("system_prompt", [None, "You are an agent in a text game."])
+def test_a_conversation_start_is_context_and_the_transcript_stays_token_exact(tokenizer, system_prompt):
+    buffer, messages = run_episode(tokenizer, system_prompt, OBSERVATIONS, REPLIES, preamble=PREAMBLE)
+
+    assert buffer.token_ids == template_ids(tokenizer, messages)
+    opening = template_ids(tokenizer, messages[: len(messages) - 2 * len(REPLIES)])
+    assert buffer.token_ids[: len(opening)] == opening
+    arrays = buffer.as_arrays()
+    assert not arrays["loss_mask"][: len(opening)].any()  # the example's reply is never trained on
+    assert arrays["turn_spans"].shape == (len(REPLIES), 2) and arrays["turn_spans"][0, 0] == len(opening)
+
+
+@pytest.mark.parametrize("preamble", [[("assistant", "hi")], [("user", "rules")],
+                                      [("user", "rules"), ("user", "more")], [("user", "rules"), ("assistant", 3)]])
+def test_a_preamble_must_alternate_from_a_user_turn_and_end_on_the_assistant(preamble):
+    with pytest.raises((ValueError, TypeError)):
+        ChatTokenBuffer(load_tiny_tokenizer()).start(OBSERVATIONS[0], preamble)
 
 
 def test_loss_mask_logprobs_and_versions_cover_exactly_the_sampled_tokens(tokenizer):

@@ -61,7 +61,7 @@ def test_a_missing_eval_split_or_too_many_samples_is_a_clear_error():
     cfg = load_config("configs/smoke.yaml", ["--learner.eval_samples", "9", "--actors.max_concurrent_episodes", "8"])
     with pytest.raises(ValueError, match="max_concurrent_episodes"):
         build_eval_rounds(cfg)
-    no_eval = ["--learner.eval_every", "0", "--learner.eval_at_end", "false"]
+    no_eval = ["--learner.eval_every", "0", "--learner.eval_at_end", "false", "--learner.eval_at_start", "false"]
     assert build_eval_rounds(load_config("configs/smoke.yaml", no_eval)) is None
     final_only = build_eval_rounds(load_config("configs/smoke.yaml", ["--learner.eval_every", "0"]))
     assert not any(final_only.due(step) for step in range(5))  # eval_at_end alone: only the final round

@@ -1,6 +1,7 @@
-"""It learns: the tiny model, warm-started to write admissible actions at random, learns the toy env
-through the whole asynchronous system (launch.py, real actors, real learner, real envhub), and
-the same run with learning rate 0 stays where it started."""
+"""It learns: the default job (a bare ``python launch.py``) learns. The tiny model, warm-started by the
+launcher to write admissible actions at random, learns the toy env through the whole asynchronous
+system (real actors, real learner, real envhub), and the same run with learning rate 0 stays where
+it started."""
 
 import statistics
 import subprocess
@@ -9,11 +10,9 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from learner.warm_start import warm_start_for_run
 from tests.launching import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.learning]
-CONFIG = "configs/learn_keydoor.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +23,10 @@ def success(tmp_path_factory) -> dict[str, list[float]]:
     and run side by side: while one learner trains, its actors mostly wait, so the pair takes
     little longer than one run alone."""
     root = tmp_path_factory.mktemp("learning")
-    warm_start_for_run(CONFIG, root / "warm", observation_weight=0.5)
     runs = {"learn": (), "frozen": ("--learner.lr", "0", "--max-steps", "8")}
+    # One fresh model cache: the first run makes the warm model, the other waits for it (build_once).
     procs = {name: subprocess.Popen(
-        [sys.executable, "launch.py", "--config", CONFIG, "--model.name", str(root / "warm"),
+        [sys.executable, "launch.py", "--model.cache_dir", str(root / "cache"),
          "--output-dir", str(root), "--run-name", name, *extra],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for name, extra in runs.items()}
     for name, proc in procs.items():

@@ -62,6 +62,18 @@ def test_every_turn_carries_its_reward_and_the_fingerprint_of_the_observation_it
     assert any(len(set(e.turn_observations.tolist())) > 1 for e in ok)
 
 
+def test_every_turn_says_whether_its_reply_held_an_action_and_tensorboard_shows_the_share(smoke_run):
+    run_dir, _ = smoke_run
+    ok = [m for m in read_messages(run_dir / "trajectories" / "trajectories.msgpack")
+          if isinstance(m, Trajectory) and m.status == "ok" and m.purpose == "train"]
+    assert all(len(e.turn_action_parsed) == e.num_turns for e in ok)
+    acc = EventAccumulator(str(run_dir / "tb"))
+    acc.Reload()
+    shares = [e.value for e in acc.Scalars("rollout/valid_action_frac")]
+    assert len(shares) == 4 and all(0.0 <= share <= 1.0 for share in shares)
+    assert "env/keydoor-v0/valid_action_frac" in acc.Tags()["scalars"]
+
+
 def test_tensorboard_has_rollout_and_learner_scalars(smoke_run):
     run_dir, _ = smoke_run
     acc = EventAccumulator(str(run_dir / "tb"))
@@ -99,10 +111,13 @@ def test_validation_rounds_run_on_held_out_tasks_and_are_logged_at_their_start_s
                 "eval/keydoor-v0/reward"):
         assert tag in tags, f"{tag} missing from {sorted(tags)}"
     steps = [e.step for e in acc.Scalars("eval/keydoor-v0/pass@n")]
-    # learner.eval_every: 2 (the step-2 round may be skipped while step 0's runs), none due at
-    # max_steps 4, where learner.eval_at_end runs the final round and the learner waits for it.
-    assert steps[0] == 0 and steps[-1] == 4 and set(steps) <= {0, 2, 4}
+    # learner.eval_every: 2; learner.eval_at_start waits for the round of step 0 before the first
+    # update, none is due at max_steps 4, where learner.eval_at_end runs the final round, waited for.
+    assert steps == [0, 2, 4], steps
     recorded = [m for m in read_messages(run_dir / "trajectories" / "trajectories.msgpack") if isinstance(m, Trajectory)]
     evaluated = [e for e in recorded if e.purpose == "eval"]
     assert len(evaluated) >= 2 * 2  # the step-0 round: 2 tasks x 2 samples
     assert {e.group_size for e in evaluated} == {2} and {e.task_id for e in evaluated} <= {"10000", "10500"}
+    # eval_at_start: the first round measured the untrained policy only, every token of version 0.
+    first_round = evaluated[:4]
+    assert all(int(e.token_versions.max()) == 0 for e in first_round), [e.token_versions.max() for e in first_round]

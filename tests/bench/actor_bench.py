@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from actors.conversation import ConversationStarts
 from actors.engine import CpuEngine
 from actors.engine_api import Generation, SamplingParams
 from actors.episode import EpisodeDeps, run_episode
@@ -143,7 +144,8 @@ async def bare_steps_per_s(env: EnvClient, concurrency: int, steps: int) -> floa
 
 async def part_a(env: EnvClient, tokenizer, sizes: BenchSizes) -> list[tuple]:
     action_ids = tokenizer.encode(SCRIPTED_ACTION, add_special_tokens=False) + [tokenizer.eos_token_id]
-    deps = EpisodeDeps(0, ScriptedEngine(action_ids), env, tokenizer, SamplingParams(8), None)
+    deps = EpisodeDeps(0, ScriptedEngine(action_ids), env, tokenizer, SamplingParams(8), None,
+                       ConversationStarts(env, lambda env_id: (True, None)))
     await run_episodes(deps, 4, 1, 2)  # warm-up: connections, template caches
     rows = []
     for concurrency in CONCURRENCY_LEVELS:
@@ -161,7 +163,7 @@ async def part_b(env: EnvClient, tokenizer, model, sizes: BenchSizes) -> list[tu
     engine = CpuEngine(model, max_batch_size=max(CONCURRENCY_LEVELS))
     engine.start()
     try:
-        deps = EpisodeDeps(0, engine, env, tokenizer, sampling, None)
+        deps = EpisodeDeps(0, engine, env, tokenizer, sampling, None, ConversationStarts(env, lambda env_id: (True, None)))
         await run_episodes(deps, 2, 1, 2)  # warm-up
         rates = {}
         for concurrency in CONCURRENCY_LEVELS:

@@ -3,8 +3,8 @@
 Not a test: it prints figures, each as a ratio against the synchronous run measured in the same
 invocation, and asserts nothing.
 
-One warm model (``learner/warm_start.py``, as ``tests/test_learning.py`` makes it), then
-``configs/learn_keydoor.yaml`` (GiGPO, 32 episodes a step) twice, one run after the other:
+The default job (``configs/default.yaml``: GiGPO, 32 episodes a step, from the warm model the launcher
+makes once in a temporary model cache) twice, one run after the other:
 ``--run.mode sync`` (lease a batch, wait for its slowest episode, train, broadcast) and the
 default asynchronous mode. A run's clock is its learner loop's (the sum of ``time/step_s``), so
 process start-up is not counted. Figures, async over sync: the wall time until the 3-step mean of
@@ -30,20 +30,18 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from learner.warm_start import warm_start_for_run
 from tests.bench.run_all import write_json
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = "configs/learn_keydoor.yaml"
 LATENCY = ("--envhub.env_options", "{keydoor-v0: {room_pool: [kitchen, garden], rooms_per_task: 2, "
            "step_latency_s: 0.1, slow_task_fraction: 0.25, slow_step_latency_s: 1.0}}")
 """The learning config's keydoor options plus long-tailed latency (a CLI value replaces the map)."""
 
 
-def run_curve(mode: str, out: Path, warm: Path, max_steps: int,
+def run_curve(mode: str, out: Path, cache: Path, max_steps: int,
               extra: tuple[str, ...]) -> tuple[list[float], list[float]]:
     """One launch.py run; (success per step, learner-loop seconds elapsed at each step)."""
-    command = [sys.executable, "launch.py", "--config", CONFIG, "--model.name", str(warm), "--run.mode", mode,
+    command = [sys.executable, "launch.py", "--model.cache_dir", str(cache), "--run.mode", mode,
                "--max-steps", str(max_steps), "--output-dir", str(out), "--run-name", mode, *extra]
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
@@ -65,10 +63,8 @@ def first_reaching(success: list[float], target: float, window: int = 3) -> int 
 
 def compare(max_steps: int, target: float, latency: bool) -> list[tuple]:
     with tempfile.TemporaryDirectory() as tmp:
-        warm = Path(tmp) / "warm"
-        warm_start_for_run(CONFIG, warm, observation_weight=0.5)
         extra = LATENCY if latency else ()
-        curves = {mode: run_curve(mode, Path(tmp), warm, max_steps, extra) for mode in ("sync", "async")}
+        curves = {mode: run_curve(mode, Path(tmp), Path(tmp) / "cache", max_steps, extra) for mode in ("sync", "async")}
     reached = {mode: first_reaching(success, target) for mode, (success, _) in curves.items()}
     if None in reached.values():
         missed = [mode for mode, step in reached.items() if step is None]

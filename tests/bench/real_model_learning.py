@@ -1,13 +1,16 @@
-"""A real model learning real environments on the CPU: SmolLM2-135M-Instruct on TextCraft depth-1
-goals and on BabyAI GoTo levels, 30 minutes of training each (``run.max_wall_s``).
+"""A real model learning real environments on the CPU: SmolLM2-135M-Instruct on BabyAI GoTo levels
+and on TextCraft depth-1 goals, each beside its learning-rate-0 control.
 
-Not a test: it runs ``launch.py`` once per config and prints, from each run's tensorboard, the
-held-out success before training (the validation round at step 0) and after it (the final round,
-``learner.eval_at_end``), the training success of the first and last steps, and the steps done.
-The curves stay in ``<output_dir>/<run>/tb`` (``rollout/success``, ``eval/<env>/success``, and the
-best and worst episodes as text under ``samples/<env>``).
+Not a test: it runs ``launch.py`` per run, one after another, and prints from each run's tensorboard
+the held-out success of the untrained policy (``learner.eval_at_start``, waited for before the first
+update) and of the final one (``learner.eval_at_end``), the training success and the share of
+replies holding a parsable action (``rollout/valid_action_frac``) at the first and last steps, per
+step, and the wall time. The control is the same run at ``--learner.lr 0`` (its two held-out rounds
+measure the same weights: their difference is the evaluation's own noise), kept short, since its
+training steps change nothing. Curves stay in ``<output_dir>/<run>/tb``.
 
-    .venv/bin/python -m tests.bench.real_model_learning [--minutes 30] [--only textcraft|babyai]
+    .venv/bin/python -m tests.bench.real_model_learning [--minutes 45] [--only babyai|textcraft]
+        [--control-minutes 3] [--output-dir DIR]
 """
 
 from __future__ import annotations
@@ -23,38 +26,53 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 REPO = Path(__file__).resolve().parents[2]
-RUNS = {"textcraft": ("configs/smollm2_textcraft_depth1.yaml", "textcraft-v0"),
-        "babyai": ("configs/smollm2_babyai_goto.yaml", "babyai-v0")}
+RUNS = {"babyai": ("configs/smollm2_babyai_goto.yaml", "babyai-v0"),
+        "textcraft": ("configs/smollm2_textcraft_depth1.yaml", "textcraft-v0")}
 
 
-def run(name: str, output_dir: Path, minutes: float) -> dict:
-    config, env_id = RUNS[name]
+def launch(name: str, config: str, output_dir: Path, minutes: float, extra: tuple[str, ...] = ()) -> float:
+    """One run; its wall time from the launch to the end of its final validation round."""
     started_s = time.time()
     command = [sys.executable, "launch.py", "--config", config, "--output-dir", str(output_dir), "--run-name", name,
-               "--run.max_wall_s", str(60 * minutes)]
+               "--run.max_wall_s", str(60 * minutes), *extra]
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    acc = EventAccumulator(str(output_dir / name / "tb"))
+    return time.time() - started_s
+
+
+def curves(run_dir: Path, env_id: str) -> dict:
+    acc = EventAccumulator(str(run_dir / "tb"))
     acc.Reload()
-    evals = {e.step: e.value for e in acc.Scalars(f"eval/{env_id}/success")}
-    train = [e.value for e in acc.Scalars("rollout/success")]
-    return {"run": name, "env": env_id, "steps": len(train), "wall_s": round(time.time() - started_s),
-            "eval_success_before": evals.get(0), "eval_success_after": evals.get(max(evals)) if len(evals) > 1 else None,
-            "train_success_first3": statistics.mean(train[:3]) if train else None,
-            "train_success_last3": statistics.mean(train[-3:]) if train else None,
-            "train_success_per_step": [round(v, 3) for v in train], "tb": str(output_dir / name / "tb")}
+    scalars = acc.Tags()["scalars"]
+    evals = sorted((e.step, e.value) for e in acc.Scalars(f"eval/{env_id}/success"))
+    train = [round(e.value, 3) for e in acc.Scalars("rollout/success")]
+    valid = [round(e.value, 3) for e in acc.Scalars("rollout/valid_action_frac")] \
+        if "rollout/valid_action_frac" in scalars else []
+
+    def ends(values: list[float]) -> tuple[float | None, float | None]:
+        return (statistics.mean(values[:3]), statistics.mean(values[-3:])) if values else (None, None)
+
+    return {"steps": len(train), "eval_success_before": evals[0][1] if evals else None,
+            "eval_success_after": evals[-1][1] if len(evals) > 1 else None,
+            "train_success_first3_last3": ends(train), "valid_action_frac_first3_last3": ends(valid),
+            "train_success_per_step": train, "valid_action_frac_per_step": valid, "tb": str(run_dir / "tb")}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=30.0, help="training time per run")
+    parser.add_argument("--minutes", type=float, default=45.0, help="training time of each learning run")
+    parser.add_argument("--control-minutes", type=float, default=3.0, help="training time of each lr-0 control")
     parser.add_argument("--only", choices=sorted(RUNS), action="append", help="run only these")
     parser.add_argument("--output-dir", type=Path, default=REPO / "runs" / "real_model_learning")
     args = parser.parse_args()
     for name in args.only or sorted(RUNS):
-        result = run(name, args.output_dir, args.minutes)
-        print(json.dumps(result), flush=True)
+        config, env_id = RUNS[name]
+        for run_name, minutes, extra in ((name, args.minutes, ()),
+                                         (f"{name}-lr0", args.control_minutes, ("--learner.lr", "0"))):
+            wall_s = launch(run_name, config, args.output_dir, minutes, extra)
+            result = {"run": run_name, "env": env_id, "wall_s": round(wall_s), **curves(args.output_dir / run_name, env_id)}
+            print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
