@@ -15,13 +15,13 @@ def build_engine(cfg: Config, model_path: str, actor_id: int, version: int) -> I
     ``version`` is the policy version of the weights at ``model_path`` (non-zero on a resume)."""
     seed = cfg.run.seed + actor_id
     if cfg.actors.engine == "cpu":
-        model = load_model(model_path, cfg.model.dtype)
+        model = load_model(model_path, cfg.actors.engine_dtype or cfg.model.dtype)
         cached_tokens = int(cfg.actors.max_cached_prefix_mb * 2**20 // kv_bytes_per_token(model))
         return CpuEngine(model, cfg.actors.max_batch_size, seed=seed, max_queued_requests=cfg.actors.max_queued_requests,
                          max_cached_prefix_tokens=cached_tokens, initial_version=version)
     from actors.vllm_engine import VllmEngine, VllmEngineConfig  # imports vllm: only when chosen
 
-    config = VllmEngineConfig(model_path=model_path, dtype=cfg.model.dtype, seed=seed,
+    config = VllmEngineConfig(model_path=model_path, dtype=cfg.actors.engine_dtype or cfg.model.dtype, seed=seed,
                               max_num_seqs=cfg.actors.max_batch_size,
                               gpu_memory_utilization=cfg.actors.vllm_gpu_memory_utilization)
     return VllmEngine(config, initial_version=version)

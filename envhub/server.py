@@ -318,7 +318,8 @@ def _add_routes(app: FastAPI, service: SessionService) -> None:
 
     @app.get("/envs/{env_id}/conversation")
     async def conversation(env_id: str) -> dict[str, Any]:
-        return service.conversation_start(env_id)
+        # Off the event loop: an env may play its worked example the first time (then it is cached).
+        return await asyncio.to_thread(service.conversation_start, env_id)
 
     @app.post("/sessions", status_code=201, response_model=CreateSessionResponse)
     async def create_session(request: CreateSessionRequest) -> CreateSessionResponse:

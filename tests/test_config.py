@@ -82,3 +82,13 @@ def test_env_options_accept_a_mapping_per_env():
     assert cfg.envhub.env_options == {"textcraft-v0": {"recipes_dir": "/r", "distractors": 4}}
     with pytest.raises(ConfigError, match="envhub.env_options"):
         load_config(None, ["--envhub.env_options", "[1, 2]"])
+
+
+def test_a_warm_start_is_for_the_tiny_model_on_keydoor_and_engine_dtypes_are_checked():
+    assert load_config(REPO / "configs" / "default.yaml").model.warm_start == "keydoor"  # the default job
+    with pytest.raises(ConfigError, match="starts from the tiny model"):
+        load_config(None, ["--model.name", "smollm2-135m", "--model.warm_start", "keydoor"])
+    with pytest.raises(ConfigError, match="warm start for keydoor-v0 runs"):
+        load_config(None, ["--model.warm_start", "keydoor", "--rollout.envs", "[babyai-v0]"])
+    with pytest.raises(ConfigError, match="engine_dtype"):
+        load_config(None, ["--actors.engine_dtype", "float16"])

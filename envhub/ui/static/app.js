@@ -238,6 +238,9 @@ $("play-reset").addEventListener("submit", async (event) => {
       body: JSON.stringify(body) });
     session = created.session_id;
     turnsPlayed = 0;
+    // What an agent reads first: the env's instruction (its conversation start), then the observation.
+    const start = await getJson(`/envs/${enc(body.env_id)}/conversation`).catch(() => null);
+    if (start && start.instruction) logEntry("observation", start.instruction);
     logEntry("observation", created.observation);
     $("play-status").textContent = `session ${session}: ${body.env_id} task ${body.task_id} seed ${body.seed}`;
     setSessionOpen(true);
