@@ -18,21 +18,22 @@ Policy = Callable[[str], str]
 """Observation -> reply, in the env's exact reply format; one per episode (it may remember)."""
 
 
-def play_worked_example(make_env: Callable[[], Environment], task_ids: list[str], new_policy: Callable[[], Policy],
-                        min_turns: int = 1, max_turns: int = 6) -> tuple[tuple[str, str], ...]:
-    """(observation, reply) turns of the first task in ``task_ids`` that a ``new_policy()`` wins in
-    ``min_turns`` to ``max_turns`` turns; ``ValueError`` if it wins none."""
+def play_worked_example(make_env: Callable[[], Environment], task_ids: list[str],
+                        new_policy: Callable[[str], Policy], min_turns: int = 1,
+                        max_turns: int = 6) -> tuple[tuple[str, str], ...]:
+    """(observation, reply) turns of the first task in ``task_ids`` that ``new_policy(task_id)`` wins
+    in ``min_turns`` to ``max_turns`` turns; ``ValueError`` if it wins none."""
     with ThreadPoolExecutor(1, thread_name_prefix="worked-example") as pool:
         play = _first_win(make_env, task_ids, new_policy, range(min_turns, max_turns + 1))
         return pool.submit(asyncio.run, play).result()
 
 
-async def _first_win(make_env: Callable[[], Environment], task_ids: list[str], new_policy: Callable[[], Policy],
-                     turns_allowed: range) -> tuple[tuple[str, str], ...]:
+async def _first_win(make_env: Callable[[], Environment], task_ids: list[str],
+                     new_policy: Callable[[str], Policy], turns_allowed: range) -> tuple[tuple[str, str], ...]:
     env = make_env()
     try:
         for task_id in task_ids:
-            turns = await _play(env, task_id, new_policy(), turns_allowed.stop - 1)
+            turns = await _play(env, task_id, new_policy(task_id), turns_allowed.stop - 1)
             if len(turns) in turns_allowed:
                 return turns
     finally:

@@ -22,6 +22,7 @@ from envhub.base import ACKNOWLEDGEMENT, ConversationStart
 from envhub.client import EnvClient, EnvClientError
 from envhub.config import EnvhubConfig
 from envhub.envs.babyai import BabyAIEnv
+from envhub.envs.search.env import DeepSearchEnv, shared_questions
 from envhub.envs.babyai.commands import Invalid
 from envhub.envs.babyai.commands import parse_command as parse_babyai
 from envhub.envs.textcraft.catalog import load_catalog
@@ -46,6 +47,18 @@ def test_agentgym_envs_open_with_agentgym_instruction_and_acknowledgement(env_id
     assert start.acknowledgement == ("Ok." if env_id == "search-v0" else ACKNOWLEDGEMENT)
     turns = start.turns(0)
     assert turns == [("user", start.instruction), ("assistant", start.acknowledgement)]
+
+
+def test_search_example_answers_a_training_question_from_what_its_search_returned() -> None:
+    start = registry.conversation_start("search-v0")
+    assert start.default_examples == 0  # ~600 tokens a prompt: opt in with num_examples 1
+    (question, search), (information, answer) = start.examples[0]
+    assert "Question:" in question and "<search>" in search and information.startswith("<information>")
+    golden = re.search(r"<answer> (.+) </answer>", answer).group(1)
+    assert golden in information
+    questions = shared_questions(DeepSearchEnv()._data_paths()[1])
+    rows = [n for n, q in enumerate(questions) if f"Question: {q.question}" in question]
+    assert rows and rows[0] in DeepSearchEnv.task_splits()["train"]  # never a held-out question
 
 
 @pytest.mark.parametrize("env_id, parse, refused", [("textcraft-v0", parse_textcraft, Unparsable),

@@ -88,7 +88,7 @@ class BabyAIEnv(Environment):
         """AgentGym's instruction, and one worked example (a won GoTo training task), shown by default."""
         goto = [str(n) for n in TaskLayout(seeds_per_level, test_seeds_per_level).splits()["goto"]]
         example = play_worked_example(lambda: cls(seeds_per_level, test_seeds_per_level, require_action_marker),
-                                      goto[:WORKED_EXAMPLE_TASKS], GoToPolicy, min_turns=2)
+                                      goto[:WORKED_EXAMPLE_TASKS], lambda task_id: GoToPolicy(), min_turns=2)
         return ConversationStart(INSTRUCTION, examples=(example,), default_examples=1)
 
     async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:

@@ -32,10 +32,13 @@ from envhub.envs.search.answers import exact_match
 from envhub.envs.search.data import Passage, Question, load_questions
 from envhub.envs.search.retriever import BM25Retriever, shared_retriever
 from envhub.envs.search.wiki_offline import default_dataset
+from envhub.examples import play_worked_example
 
 MAX_QUERY_CHARS = 1000
 MAX_TOP_K = 50
 TEST_EVERY = 10
+WORKED_EXAMPLE_TASKS = 50
+"""Training questions the worked example's policy tries, in order, until a search shows the answer."""
 INSTRUCTION = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every "
     "time you get new information. After reasoning, if you find you lack some knowledge, you can call "
@@ -178,8 +181,14 @@ class DeepSearchEnv(Environment):
 
     @classmethod
     def conversation_start(cls, **options: Any) -> ConversationStart:
-        """AgentGym's SearchQA instruction and its "Ok."; no worked example yet."""
-        return ConversationStart(AGENTGYM_INSTRUCTION, acknowledgement="Ok.")
+        """AgentGym's SearchQA instruction and its "Ok.", and one worked example (a training question
+        answered from what a search returned), off by default: it costs ~600 tokens a prompt."""
+        questions = shared_questions(cls(**options)._data_paths()[1])
+        train = [str(n) for n in split_task_numbers(len(questions))["train"]][:WORKED_EXAMPLE_TASKS]
+        example = play_worked_example(lambda: cls(**options), train,
+                                      lambda task_id: SearchThenAnswer(questions[int(task_id)].golden_answers[0]),
+                                      min_turns=2, max_turns=2)
+        return ConversationStart(AGENTGYM_INSTRUCTION, acknowledgement="Ok.", examples=(example,))
 
     async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
         self._retriever, questions = await asyncio.to_thread(self._load)
@@ -224,3 +233,20 @@ class DeepSearchEnv(Environment):
     async def close(self) -> None:
         # The retriever and questions are process-wide; drop only this session's references.
         self._retriever, self._question = None, None
+
+
+class SearchThenAnswer:
+    """The worked example's policy: search with the question, then answer, in Search-R1's tags, when
+    the passages returned hold the answer (else it answers "unknown" and the example moves on)."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def __call__(self, observation: str) -> str:
+        question = re.search(r"Question: (.+)", observation)
+        if question:  # the quoted sentence, where the question quotes one, is the better query
+            query = question.group(1).split("Sentence:")[-1].strip()
+            return f"<think>I need to look this up.</think>\n<search> {query} </search>"
+        if self.answer.lower() in observation.lower():
+            return f"<think>The search results say it is {self.answer}.</think>\n<answer> {self.answer} </answer>"
+        return "<answer> unknown </answer>"
