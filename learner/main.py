@@ -63,9 +63,9 @@ from learner.trained_log import TrainedLog
 log = logging.getLogger("learner")
 
 _RESEND_INTERVAL_S = 2.0
+"""At most one weight resend this often: stale groups arrive in bursts, one resend serves them all."""
 _TREND_STEPS = 3
 """Steps averaged at the start and at the end of the success trend in the progress line."""
-"""At most one weight resend this often: stale groups arrive in bursts, one resend serves them all."""
 
 
 class Learner:

@@ -1,9 +1,10 @@
 """TextCraft's worked example: a won depth-1 training goal, played through the real game rules.
 
 A small model copies the format of an exchange it has seen far more readily than it follows an
-instruction (SmolLM2-135M: 0 of 24 first replies in the action format without one). The example
-is played here by the same ``Workbench`` the env uses, so its observations are the game's own words,
-and it is drawn from the training split, never from the goals held out for evaluation.
+instruction (SmolLM2-135M on TextCraft at temperature 1.0: 0 of 16 first replies parse without one,
+4 of 16 with it; format bench). The example is played here by the same ``Workbench`` the env uses,
+so its observations are the game's own words, and it is drawn from the training split, never from
+the goals held out for evaluation.
 """
 
 from __future__ import annotations
