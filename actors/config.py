@@ -37,9 +37,21 @@ class ActorsConfig:
     """How often an actor sends ActorStats to the head."""
     max_restarts: int = 3
     """Times the launcher restarts a dead actor (its leases are re-issued) before failing the run."""
+    max_consecutive_engine_errors: int = 64
+    """An actor whose episodes end ``engine_error`` this many times in a row (no ``ok`` one between)
+    treats its engine as dead, as it does when the engine says so (a crashed worker, a failed weight
+    update): it stops and fails its run, and the launcher restarts it. More than one batch's worth
+    (``max_concurrent_episodes``): a failed forward pass fails every request of its batch at once."""
+    lease_deadline_margin_s: float = 1.0
+    """An episode is cut (status ``timeout``, finish_reason ``deadline``) this long before its lease's
+    deadline and returned, so that it reaches the head before the lease expires there."""
 
     def __post_init__(self) -> None:
         if self.engine_dtype not in ("", "float32", "bfloat16"):
             raise ValueError(f"engine_dtype must be float32, bfloat16 or empty, got {self.engine_dtype!r}")
         if self.engine not in ("cpu", "vllm"):
             raise ValueError(f"engine must be cpu or vllm, got {self.engine!r}")
+        if self.max_consecutive_engine_errors < 1:
+            raise ValueError(f"max_consecutive_engine_errors must be >= 1, got {self.max_consecutive_engine_errors}")
+        if self.lease_deadline_margin_s < 0:
+            raise ValueError(f"lease_deadline_margin_s must be >= 0, got {self.lease_deadline_margin_s}")

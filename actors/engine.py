@@ -104,7 +104,10 @@ class CpuEngine:
         self._staged: tuple[dict[str, torch.Tensor], int] | None = None
         self._version = initial_version
         self._stopping = False
+        self._failure: str | None = None
         self._thread: threading.Thread | None = None
+        self.ignored_stagings = 0
+        """``stage_weights`` calls with a version already staged or serving (resends), ignored."""
         self.largest_batch_size = 0
         """Most requests decoding together so far (shows that batching happens)."""
         self.generated_token_count = 0
@@ -123,6 +126,11 @@ class CpuEngine:
     def version(self) -> int:
         """Policy version of the weights now in the model."""
         return self._version
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine stopped serving on its own (its worker thread crashed); None otherwise."""
+        return self._failure
 
     @property
     def queue_depth(self) -> int:
@@ -168,21 +176,24 @@ class CpuEngine:
             self._forget_waiting(request)
             raise
 
-    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> bool:
         """Stage new weights (thread-safe); they are copied in at the next step boundary.
 
         ``state`` must name every parameter (tied ones once under either name) with its
         exact shape. The engine keeps references to the tensors until it has copied them,
         so the caller must not modify them meanwhile. A newer staging replaces an older one
-        not yet applied.
+        not yet applied; a version not newer than the one staged or serving (a resend) is
+        ignored and counted in ``ignored_stagings``. Returns whether the weights were staged.
         """
         self._check_weights(state)
         with self._condition:
             newest = self._staged[1] if self._staged is not None else self._version
             if version <= newest:
-                raise ValueError(f"staged version {version} is not newer than version {newest}")
+                self.ignored_stagings += 1
+                return False
             self._staged = (dict(state), version)
             self._condition.notify_all()
+        return True
 
     async def _enqueue(self, request: EngineRequest) -> None:
         """Queue the request, first waiting (FIFO) while ``max_queued_requests`` already wait."""
@@ -272,10 +283,11 @@ class CpuEngine:
                 started_cpu_s = time.thread_time()
                 self._step(newcomers)
                 self.busy_cpu_s += time.thread_time() - started_cpu_s
-        except Exception:
+        except Exception as error:
             logger.exception("cpu engine worker crashed")
             with self._condition:
                 self._stopping = True
+                self._failure = f"the worker thread crashed: {error!r}"
         self._fail_pending(EngineError("engine stopped"))
 
     def _next_newcomers(self) -> list[EngineRequest] | None:

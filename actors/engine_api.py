@@ -63,6 +63,11 @@ class InferenceEngine(Protocol):
     def queue_depth(self) -> int:
         """Requests waiting or running (for backpressure and ActorStats)."""
 
+    @property
+    def failure(self) -> str | None:
+        """Why the engine stopped serving on its own (a crashed worker, a failed weight update):
+        it will never serve again. None while it serves, and after an orderly ``stop()``."""
+
     def start(self) -> None:
         """Start serving."""
 
@@ -72,5 +77,6 @@ class InferenceEngine(Protocol):
     async def generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Generation:
         """Sample one completion of ``prompt_token_ids``."""
 
-    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
-        """Thread-safe: full weights of ``version``, applied between two decode steps."""
+    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> bool:
+        """Thread-safe: full weights of ``version``, applied between two decode steps. A version not
+        newer than the one staged or serving (a resend) is ignored (False) and counted."""

@@ -3,14 +3,19 @@
 Each turn appends the new observation as a chat-template delta (tokenized alone, loss mask 0)
 and the sampled tokens exactly as sampled (loss mask 1, behavior logprobs, policy version per
 token). The episode ends on ``terminated``, on ``truncated`` (the lease's turn cap or token
-budget, or the env's own limit) or on an error; the reason and status travel with it.
+budget, or the env's own limit), at the lease's deadline (status ``timeout``) or on an error
+(``env_error``, ``engine_error``, or ``actor_error`` for anything else); the reason and status
+travel with it. Every episode returns a trajectory, whatever ended it, of at most the lease's
+``max_episode_tokens`` tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +26,8 @@ from common.chat import ChatTokenBuffer
 from common.protocol import TaskLease, Trajectory
 from envhub.actions import MalformedAction, extract_action
 from envhub.client import EnvClient, EnvClientError
+
+log = logging.getLogger("actor")
 
 
 @dataclass
@@ -37,6 +44,8 @@ class EpisodeDeps:
     """Each env's instruction and worked examples, rendered before the first observation."""
     env_reconnect_s: float = 0.0
     """How long a new episode waits for an envhub server that refuses connections (restarting)."""
+    deadline_margin_s: float = 0.0
+    """The episode is cut this long before its lease's deadline, so that it reaches the head in time."""
 
 
 @dataclass
@@ -58,9 +67,13 @@ class EpisodeOutcome:
     timings: dict = field(default_factory=lambda: {"generate_s": 0.0, "env_s": 0.0})
 
 
+class DeadlinePassed(Exception):
+    """The lease's deadline (less ``deadline_margin_s``) came before the episode ended."""
+
+
 async def run_episode(lease: TaskLease, index: int, deps: EpisodeDeps) -> Trajectory:
     started = time.monotonic()
-    buf = ChatTokenBuffer(deps.tokenizer, deps.system_prompt or None)
+    buf: ChatTokenBuffer | None = None  # the transcript, once its opening fits the token budget
     out = EpisodeOutcome()
     session_id = None
     try:
@@ -68,13 +81,18 @@ async def run_episode(lease: TaskLease, index: int, deps: EpisodeDeps) -> Trajec
         session = await _create_session(lease, deps)
         out.timings["env_s"] += time.monotonic() - t
         session_id = session.session_id
-        preamble, first_turn = await _opening(lease, deps, session.observation)
-        buf.start(first_turn, preamble)
+        buf = await _opened(lease, deps, session.observation)
         await _play(lease, buf, deps, session_id, session.observation, out)
+    except DeadlinePassed as exc:
+        _fail(out, "timeout", exc)
+        out.truncated, out.finish_reason = True, "deadline"
     except EnvClientError as exc:
         _fail(out, _env_failure_status(exc), exc)
     except EngineError as exc:
         _fail(out, "engine_error", exc)
+    except Exception as exc:  # the actor's own failure: the head still gets the episode, and why
+        log.exception("episode %d of lease %s failed in the actor", index, lease.lease_id)
+        _fail(out, "actor_error", f"{type(exc).__name__}: {exc}")
     finally:
         if session_id is not None:
             await _close_quietly(deps.env, session_id)
@@ -82,8 +100,20 @@ async def run_episode(lease: TaskLease, index: int, deps: EpisodeDeps) -> Trajec
     return _trajectory(lease, index, deps.actor_id, buf, out)
 
 
+async def _opened(lease: TaskLease, deps: EpisodeDeps, observation: str) -> ChatTokenBuffer:
+    """The transcript up to the first generation prompt; ValueError when it alone exceeds the budget."""
+    preamble, first_turn = await _opening(lease, deps, observation)
+    buf = ChatTokenBuffer(deps.tokenizer, deps.system_prompt or None)
+    buf.start(first_turn, preamble)
+    if len(buf) > lease.max_episode_tokens:
+        raise ValueError(f"the opening is {len(buf)} tokens, more than the lease's max_episode_tokens "
+                         f"{lease.max_episode_tokens}")
+    return buf
+
+
 async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, session_id: str, observation: str,
                 out: EpisodeOutcome) -> None:
+    deadline_unix_s = lease.deadline_unix_s - deps.deadline_margin_s
     while True:
         if out.num_turns >= lease.turn_cap:
             out.truncated, out.finish_reason = True, "turn_cap"
@@ -92,12 +122,12 @@ async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sessi
             out.truncated, out.finish_reason = True, "token_budget"
             return
         t = time.monotonic()
-        gen = await deps.engine.generate(list(buf.token_ids), deps.sampling)
+        gen = await _by_deadline(deadline_unix_s, lambda: deps.engine.generate(list(buf.token_ids), deps.sampling))
         out.timings["generate_s"] += time.monotonic() - t
         buf.append_generated(gen.token_ids, gen.logprobs, gen.versions)
         action = deps.tokenizer.decode(gen.token_ids, skip_special_tokens=True).strip()
         t = time.monotonic()
-        result = await deps.env.step(session_id, action)
+        result = await _by_deadline(deadline_unix_s, lambda: deps.env.step(session_id, action))
         out.timings["env_s"] += time.monotonic() - t
         out.num_turns += 1
         out.reward += result.reward
@@ -110,8 +140,30 @@ async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sessi
             out.terminated, out.truncated = result.terminated, result.truncated
             out.finish_reason = "terminated" if result.terminated else "env_truncated"
             return
-        buf.append_observation(result.observation)
+        # The transcript never holds more than max_episode_tokens: an observation that would take
+        # it past the budget is left out, and the episode ends after the turn that earned it (its
+        # reward counts). One that fits but leaves no room for a reply ends it at the loop's top.
+        if not buf.append_observation(result.observation, max_total_tokens=lease.max_episode_tokens):
+            out.truncated, out.finish_reason = True, "token_budget"
+            return
         observation = result.observation
+
+
+async def _by_deadline(deadline_unix_s: float, call: Callable[[], Awaitable]):
+    """``await call()``, cancelled when the deadline comes (a cancelled generate frees its batch row;
+    a cancelled env step leaves a session that is closed right after); DeadlinePassed then, or at once
+    when it has come already."""
+    remaining_s = deadline_unix_s - time.time()
+    if remaining_s <= 0:
+        raise DeadlinePassed("the lease's deadline passed")
+    timeout = asyncio.timeout(remaining_s)
+    try:
+        async with timeout:
+            return await call()
+    except TimeoutError:
+        if timeout.expired():
+            raise DeadlinePassed("the lease's deadline passed while waiting") from None
+        raise
 
 
 async def _opening(lease: TaskLease, deps: EpisodeDeps, observation: str) -> tuple[list, str]:
@@ -156,19 +208,26 @@ def _env_failure_status(exc: EnvClientError) -> str:
     return "timeout" if timed_out else "env_error"
 
 
-def _fail(out: EpisodeOutcome, status: str, exc: Exception) -> None:
-    out.status, out.finish_reason, out.error = status, status, str(exc)[:500]
+def _fail(out: EpisodeOutcome, status: str, error: object) -> None:
+    out.status, out.finish_reason, out.error = status, status, str(error)[:500]
 
 
 async def _close_quietly(env: EnvClient, session_id: str) -> None:
     try:
         await env.close(session_id)
-    except EnvClientError:
-        pass  # the server reaps idle sessions; the episode's outcome is already decided
+    except Exception as exc:  # the server reaps idle sessions; the episode's outcome is already decided
+        log.debug("closing session %s failed: %r", session_id, exc)
 
 
-def _trajectory(lease: TaskLease, index: int, actor_id: int, buf: ChatTokenBuffer, out: EpisodeOutcome) -> Trajectory:
-    arrays = buf.as_arrays()
+_NO_TRANSCRIPT = {"token_ids": np.zeros(0, np.int32), "loss_mask": np.zeros(0, np.uint8),
+                  "logprobs": np.zeros(0, np.float32), "versions": np.zeros(0, np.int32),
+                  "turn_spans": np.zeros((0, 2), np.int32)}
+"""An episode that failed before its opening fitted the budget has no tokens to show."""
+
+
+def _trajectory(lease: TaskLease, index: int, actor_id: int, buf: ChatTokenBuffer | None,
+                out: EpisodeOutcome) -> Trajectory:
+    arrays = buf.as_arrays() if buf is not None else _NO_TRANSCRIPT
     return Trajectory(
         lease_id=lease.lease_id, group_id=lease.group_id, env_id=lease.env_id, task_id=lease.task_id,
         actor_id=actor_id, episode_index=index, group_size=lease.group_size,

@@ -7,6 +7,9 @@
    Run the lease's episodes concurrently with every other running episode.
 4. Push each finished episode as a ``Trajectory`` (PUSH), and ``ActorStats`` every few seconds.
 5. On ``Control(stop)``: cancel what runs, close the sockets, return a summary.
+6. When the engine is dead for good (``actors/health.py``): stop leasing, cancel what runs (the
+   launcher re-issues those leases), flush what was pushed, and raise ``EngineDead``: the run
+   fails with the reason logged, and the launcher restarts the actor.
 
 Started by the launcher (``python launch.py``), one per ``--actors``.
 """
@@ -27,6 +30,7 @@ from actors.conversation import ConversationStarts
 from actors.engine_api import InferenceEngine, SamplingParams
 from actors.engines import build_engine, stop_token_ids
 from actors.episode import EpisodeDeps, run_episode
+from actors.health import EngineDead, EngineHealth
 from actors.weights import ControlThread
 from common import protocol
 from common.config import Config
@@ -36,6 +40,11 @@ from common.transport import Inbox, configure, connect
 from envhub.client import EnvClient
 
 log = logging.getLogger("actor")
+
+_ENGINE_WATCH_S = 0.2
+"""How often the actor asks its engine whether it still serves."""
+_FLUSH_MS = 2000
+"""How long a dying actor's last pushed trajectories may take to leave its socket."""
 
 
 class Actor:
@@ -51,6 +60,9 @@ class Actor:
         self._latencies: list[float] = []
         self._stop: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.engine: InferenceEngine | None = None
+        self._health: EngineHealth | None = None
+        self._engine_dead: str | None = None  # why, once the engine is dead for good
 
     def run(self) -> dict:
         """Blocking: runs the event loop until the head says stop."""
@@ -58,16 +70,20 @@ class Actor:
         return uvloop.run(self._main())
 
     def stop(self) -> None:
-        """Thread-safe request to stop."""
+        """Thread-safe request to stop; nothing to do once the actor has stopped."""
         if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+            try:
+                self._loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:  # the loop is closed: the actor has stopped already
+                pass
 
     async def _main(self) -> dict:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         cfg = self.cfg
         path = self.addresses["model_path"]
         tokenizer = load_tokenizer(path)
-        engine = build_engine(cfg, path, self.actor_id, int(self.addresses["policy_version"]))
+        engine = self.engine = build_engine(cfg, path, self.actor_id, int(self.addresses["policy_version"]))
+        self._health = EngineHealth(engine, cfg.actors.max_consecutive_engine_errors)
         engine.start()
         control = ControlThread(engine, self.actor_id, self.addresses, cfg.learner.broadcast_timeout_s,
                                 self._on_control)
@@ -82,9 +98,10 @@ class Actor:
             conversation = ConversationStarts(env, cfg.rollout.conversation_for)
             await conversation.check(cfg.rollout.envs)
             deps = EpisodeDeps(self.actor_id, engine, env, tokenizer, sampling, cfg.rollout.system_prompt,
-                               conversation, cfg.actors.env_reconnect_s)
+                               conversation, cfg.actors.env_reconnect_s, cfg.actors.lease_deadline_margin_s)
             tasks = [asyncio.create_task(self._lease_loop(dealer, push, deps)),
-                     asyncio.create_task(self._stats_loop(push, engine))]
+                     asyncio.create_task(self._stats_loop(push, engine)),
+                     asyncio.create_task(self._engine_watch())]
             await self._stop.wait()
             for task in tasks:
                 task.cancel()
@@ -92,11 +109,16 @@ class Actor:
         control.stop()
         engine.stop()
         dealer.close()
+        if self._engine_dead is not None:
+            push.setsockopt(zmq.LINGER, _FLUSH_MS)  # the episodes pushed so far still reach the head
         push.close()
         if control.error is not None:
             raise RuntimeError("actor control thread failed") from control.error
+        if self._engine_dead is not None:
+            raise EngineDead(self._engine_dead)
         return {"actor_id": self.actor_id, "episodes": self.finished, "weight_version": engine.version,
                 "versions_received": control.versions_applied, "weight_group_failures": control.failures,
+                "weight_resends_ignored": control.resends_ignored,
                 "errors": dict(self.errors),
                 "stopped_by": self._stopped_by}
 
@@ -142,9 +164,25 @@ class Actor:
             self._latencies.append(trajectory.timings.get("episode_s", 0.0))
             if trajectory.status != "ok":
                 self.errors[trajectory.status] += 1
+            self._health.observe(trajectory.status, trajectory.error)
+            self._check_engine()
         finally:
             self.running -= 1
             room.release()
+
+    async def _engine_watch(self) -> None:
+        """An engine may die between episodes (a weight update fails while no episode runs)."""
+        while True:
+            await asyncio.sleep(_ENGINE_WATCH_S)
+            self._check_engine()
+
+    def _check_engine(self) -> None:
+        reason = self._health.dead_reason()
+        if reason is not None and self._engine_dead is None:
+            self._engine_dead = reason
+            log.error("actor %d: engine dead (%s); stopping so that the launcher restarts this actor",
+                      self.actor_id, reason)
+            self._stop.set()
 
     async def _stats_loop(self, push, engine: InferenceEngine) -> None:
         last_tokens, last_t = 0, time.monotonic()

@@ -246,6 +246,10 @@ class VllmEngine:
         self._lock = threading.Lock()
         self._version = initial_version
         self._staged: tuple[dict[str, torch.Tensor], int] | None = None
+        self._applying = initial_version  # the newest version taken for an update (guarded by _lock)
+        self._failure: str | None = None
+        self.ignored_stagings = 0
+        """``stage_weights`` calls with a version already staged, being applied or serving (resends)."""
         self._queue_depth = 0
         self._generated_token_count = 0
         self._stopping = False
@@ -264,6 +268,12 @@ class VllmEngine:
     def version(self) -> int:
         """Policy version of the weights now serving."""
         return self._version
+
+    @property
+    def failure(self) -> str | None:
+        """Why the engine stopped serving on its own (a failed weight update, a dead engine core);
+        None while it serves or after an orderly ``stop()``."""
+        return self._failure
 
     @property
     def queue_depth(self) -> int:
@@ -322,22 +332,26 @@ class VllmEngine:
             with self._lock:
                 self._queue_depth -= 1
 
-    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
+    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> bool:
         """Stage the full weights of ``version`` (thread-safe); applied as the module docstring says.
 
         Names are checkpoint names (for tied embeddings either name). The engine keeps references
         to the tensors until it has sent them, so the caller must not modify them meanwhile. A
-        newer staging replaces an older one not yet applied.
+        newer staging replaces an older one not yet applied; a version not newer than the one
+        staged, being applied or serving (a resend) is ignored and counted in ``ignored_stagings``.
+        Returns whether the weights were staged.
         """
         state = self._checked_weights(state)
         with self._lock:
-            newest = self._staged[1] if self._staged is not None else self._version
+            newest = max(self._staged[1] if self._staged is not None else self._version, self._applying)
             if version <= newest:
-                raise ValueError(f"staged version {version} is not newer than version {newest}")
+                self.ignored_stagings += 1
+                return False
             self._staged = (state, version)
             loop = self._loop if not self._stopping else None
         if loop is not None:
             loop.call_soon_threadsafe(self._kick_update)
+        return True
 
     def _check_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         if len(prompt_token_ids) == 0:
@@ -399,6 +413,9 @@ class VllmEngine:
         except EngineError:
             raise
         except Exception as error:
+            if getattr(self._llm, "errored", False):  # vLLM's engine core died: nothing will be served
+                with self._lock:
+                    self._failure = self._failure or f"the vLLM engine core died: {error!r}"
             raise EngineError(f"vLLM could not serve the request: {error!r}") from error
         finally:
             self._tasks.discard(task)
@@ -415,15 +432,18 @@ class VllmEngine:
             while True:
                 with self._lock:
                     staged, self._staged = self._staged, None
+                    if staged is not None:
+                        self._applying = staged[1]
                 if staged is None:
                     return
                 await self._apply_weights(*staged)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as error:
             logger.exception("weight update failed; stopping the vLLM engine")
             with self._lock:
                 self._stopping = True
+                self._failure = f"a weight update failed: {error!r}"
             await self._shutdown_on_loop()
         finally:
             self._updating = False

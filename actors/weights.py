@@ -4,7 +4,8 @@ Collectives block, so they live here, off the event loop:
 1. at start (and whenever it is out of a group) the actor sends ``GroupJoin`` to the head;
 2. ``Control(regroup)`` naming it: join that generation's group (bounded by the deadline);
 3. ``WeightsAnnounce`` of its generation: receive every bucket, then stage the weights in the
-   engine, which applies them between two decode steps;
+   engine, which applies them between two decode steps; a version already staged or served (the
+   learner resends the current one while a join is pending) is received, ignored and counted;
 4. any failure (a dead peer, a missed deadline) drops it out of the group: back to 1.
 Other ``Control`` messages are handed to ``on_control``.
 """
@@ -32,8 +33,9 @@ class ControlThread(threading.Thread):
                  on_control: Callable[[Control], None], join_retry_s: float = 2.0):
         super().__init__(name="actor-control", daemon=True)
         self.engine, self.actor_id, self.on_control = engine, actor_id, on_control
-        self.versions_applied: list[int] = []
+        self.versions_applied: list[int] = []  # staged, in order (the engine applies the newest)
         self.failures = 0
+        self.resends_ignored = 0
         ctx = zmq.Context.instance()
         self._sub = configure(ctx.socket(zmq.SUB))
         self._sub.setsockopt(zmq.SUBSCRIBE, b"")
@@ -45,12 +47,12 @@ class ControlThread(threading.Thread):
         self._inbox = Inbox("actor-control")
         self._join_retry_s = join_retry_s
         self._last_join = 0.0
-        self._stop = threading.Event()
+        self._stopping = threading.Event()  # not ``_stop``: that name is threading.Thread's own method
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            while not self._stop.is_set():
+            while not self._stopping.is_set():
                 if self._receiver.generation is None and time.monotonic() - self._last_join > self._join_retry_s:
                     self._ask_to_join()
                 if self._sub.poll(100):
@@ -99,9 +101,13 @@ class ControlThread(threading.Thread):
         except BroadcastFailed as exc:
             self._failed(exc)
             return
-        if announce.version > self.engine.version:  # a rejoin may resend what we already serve
-            self.engine.stage_weights(tensors, announce.version)
-            self.versions_applied.append(announce.version)
+        newest = max([self.engine.version, *self.versions_applied[-1:]])
+        if announce.version <= newest:  # a resend: the collective had to be joined all the same
+            self.resends_ignored += 1
+            log.info("version %d again (newest here %d): received and ignored", announce.version, newest)
+            return
+        self.engine.stage_weights(tensors, announce.version)
+        self.versions_applied.append(announce.version)
 
     def _failed(self, exc: BroadcastFailed) -> None:
         self.failures += 1
@@ -109,4 +115,4 @@ class ControlThread(threading.Thread):
         self._last_join = 0.0
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()

@@ -6,7 +6,7 @@ environment variable, so it never lands in a config file or the resolved ``confi
 
 - ZeroMQ channels use CURVE (encrypted, authenticated). Both key pairs derive from the token,
   so a peer that knows it can connect and a peer that does not fails the handshake; the
-  binding side refuses it and logs the refusal (``HandshakeWatch``).
+  binding side refuses it and logs the refusal (``SocketWatch``).
 - envhub's HTTP API requires ``Authorization: Bearer <token>`` (``envhub/auth.py``).
 
 With a token set, every channel is guarded, loopback included.
@@ -22,6 +22,7 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 
 import zmq
 import zmq.auth.thread
@@ -81,7 +82,7 @@ class ChannelGuard:
     def __init__(self, token: str | None):
         self.token = token
         self._authenticator: zmq.auth.thread.ThreadAuthenticator | None = None
-        self._watch: HandshakeWatch | None = None
+        self._watch: SocketWatch | None = None
 
     @classmethod
     def from_env(cls) -> ChannelGuard:
@@ -92,11 +93,16 @@ class ChannelGuard:
             require_token_for(host, what)
 
     def bound(self, sock: zmq.Socket) -> zmq.Socket:
+        """Guard a socket about to bind; with or without a token its peers' handshake failures and
+        disconnects are counted (a socket has one monitor, so this is where it lives)."""
         if self.token is not None:
-            self._start(sock.context)
+            self._start_authenticator(sock.context)
             sock.curve_server = True
             sock.curve_publickey, sock.curve_secretkey = _key_pair(self.token, "server")
-            self._watch.add(sock)
+        if self._watch is None:
+            self._watch = SocketWatch()
+            self._watch.start()
+        self._watch.add(sock)
         return sock
 
     def connecting(self, sock: zmq.Socket) -> zmq.Socket:
@@ -110,19 +116,24 @@ class ChannelGuard:
         """Peers refused so far: a wrong key, or no CURVE at all (a plain ZeroMQ client)."""
         return self._watch.refused if self._watch is not None else 0
 
-    def _start(self, context: zmq.Context) -> None:
-        """A ZAP handler that admits the token's client key, and the watch that logs refusals."""
+    def disconnects(self, sock: zmq.Socket) -> int:
+        """Peers of a bound socket whose connection ended: a peer that stopped, or one ZeroMQ
+        dropped for a message over the socket's ``MAXMSGSIZE``."""
+        return self._watch.disconnects[id(sock)] if self._watch is not None else 0
+
+    def _start_authenticator(self, context: zmq.Context) -> None:
+        """A ZAP handler that admits the token's client key."""
         if self._authenticator is not None:
             return
         self._authenticator = zmq.auth.thread.ThreadAuthenticator(zmq.Context(shadow=context.underlying), log=log)
         self._authenticator.start()
         self._authenticator.configure_curve_callback("*", _TokenKeys(self.token))
-        self._watch = HandshakeWatch()
-        self._watch.start()
 
     def stop(self) -> None:
-        if self._authenticator is not None:
+        if self._watch is not None:
             self._watch.stop()
+            self._watch = None
+        if self._authenticator is not None:
             self._authenticator.stop()
             self._authenticator = None
 
@@ -137,41 +148,47 @@ class _TokenKeys:
         return hmac.compare_digest(key, self._client_public)  # pyzmq passes the Z85 form
 
 
-class HandshakeWatch(threading.Thread):
-    """Logs and counts failed handshakes on guarded sockets, read from their monitor sockets: a
-    peer without the token never reaches the application, so this is where it shows."""
+class SocketWatch(threading.Thread):
+    """Reads the monitor sockets of bound sockets: logs and counts failed handshakes (a peer
+    without the token never reaches the application, so this is where it shows) and counts
+    disconnects per socket."""
 
     _FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
 
     def __init__(self) -> None:
-        super().__init__(name="zmq-handshake-watch", daemon=True)
+        super().__init__(name="zmq-socket-watch", daemon=True)
         self.refused = 0
-        self._monitors: list[zmq.Socket] = []
+        self.disconnects: Counter[int] = Counter()  # by id() of the watched socket
+        self._monitors: list[tuple[int, zmq.Socket]] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._last_log_s = -_LOG_EVERY_S
 
     def add(self, sock: zmq.Socket) -> None:
-        address = f"inproc://handshake-watch-{id(sock)}"
-        sock.monitor(address, self._FAILED)
+        address = f"inproc://socket-watch-{id(sock)}"
+        sock.monitor(address, self._FAILED | zmq.EVENT_DISCONNECTED)
         # The monitor's peer must live in the same context; a sync shadow also serves asyncio sockets.
         monitor = zmq.Context(shadow=sock.context.underlying).socket(zmq.PAIR)
         monitor.connect(address)
         with self._lock:
-            self._monitors.append(monitor)
+            self._monitors.append((id(sock), monitor))
 
     def run(self) -> None:
         while not self._stopping.is_set():
             with self._lock:
-                monitors = list(self._monitors)
+                monitors = dict((m, key) for key, m in self._monitors)
             poller = zmq.Poller()
             for monitor in monitors:
                 poller.register(monitor, zmq.POLLIN)
             for monitor, _ in poller.poll(200):
-                self._refuse(zmq.utils.monitor.recv_monitor_message(monitor))
+                event = zmq.utils.monitor.recv_monitor_message(monitor)
+                if event["event"] == zmq.EVENT_DISCONNECTED:
+                    self.disconnects[monitors[monitor]] += 1
+                elif event["event"] != zmq.EVENT_MONITOR_STOPPED:
+                    self._refuse(event)
         with self._lock:
-            for monitor in self._monitors:
+            for _, monitor in self._monitors:
                 monitor.close(linger=0)
 
     def _refuse(self, event: dict) -> None:

@@ -197,15 +197,20 @@ class ChatTokenBuffer:
         self.turn_spans.append([start, len(self.token_ids)])
         self._expecting = "append_observation"
 
-    def append_observation(self, text: str) -> None:
-        """Append the template delta for a new user turn; repair a length-cut turn first."""
+    def append_observation(self, text: str, max_total_tokens: int | None = None) -> bool:
+        """Append the template delta for a new user turn; repair a length-cut turn first. With
+        ``max_total_tokens``, only if the transcript then holds no more tokens than that: returns
+        False, appending nothing, when it would."""
         self._require("append_observation", "append_observation")
         _require_text(text)
-        if self.token_ids[-1] != self.tokenizer.eos_token_id:
-            # Cut at max_tokens: close the turn so the transcript stays well formed.
-            self._append_context([self.tokenizer.eos_token_id])
-        self._append_context(self._encode_delta(text))
+        # Cut at max_tokens: close the turn so the transcript stays well formed.
+        repair = [self.tokenizer.eos_token_id] if self.token_ids[-1] != self.tokenizer.eos_token_id else []
+        delta = self._encode_delta(text)
+        if max_total_tokens is not None and len(self) + len(repair) + len(delta) > max_total_tokens:
+            return False
+        self._append_context(repair + delta)
         self._expecting = "append_generated"
+        return True
 
     def _encode_delta(self, text: str) -> list[int]:
         """The delta's token ids. Text holding control-token strings (``<|im_end|>`` typed by an

@@ -11,6 +11,7 @@ count bad messages instead of crashing.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,15 +20,34 @@ from typing import Any, Literal
 import msgpack
 import numpy as np
 
-SCHEMA_VERSION = 1
+from common import wire_checks
 
-EpisodeStatus = Literal["ok", "env_error", "engine_error", "timeout"]
+MAX_ARRAY_DIMS = 2
+"""Every array on the wire is 1-D or 2-D (``turn_spans``)."""
+SCHEMA_VERSION = 2
+"""2: a ``Trajectory``'s outcome fields are required, ``finish_reason`` is a closed set, status
+``actor_error``."""
+
+EpisodeStatus = Literal["ok", "env_error", "engine_error", "timeout", "actor_error"]
+"""``actor_error``: the actor itself failed the episode (a bug or a prompt it cannot serve); the
+error text says why. Only ``ok`` episodes are trained on."""
+FinishReason = Literal["terminated", "env_truncated", "turn_cap", "token_budget", "deadline",
+                       "env_error", "engine_error", "timeout", "actor_error"]
+"""Why the episode ended: the env ended it (``terminated``, ``env_truncated``), the lease's limits
+cut it (``turn_cap``, ``token_budget``, ``deadline``: past the lease's deadline), or it failed
+(the status, repeated)."""
 ControlCommand = Literal["stop", "pause", "resume", "set_turn_cap", "regroup"]
 LeasePurpose = Literal["train", "eval"]
 
 
 class ProtocolError(ValueError):
-    """A wire message that cannot be decoded into its declared type."""
+    """A wire message that cannot be decoded into its declared type, or means nothing valid.
+    ``reason`` is a short name receivers count rejections by (``not_msgpack``, ``bad_field``,
+    ``inconsistent_arrays``, ...)."""
+
+    def __init__(self, message: str, reason: str = "bad_field"):
+        super().__init__(message)
+        self.reason = reason
 
 
 def array_field(dtype: str, optional: bool = False) -> Any:
@@ -84,6 +104,12 @@ class Trajectory:
     behavior_logprobs: np.ndarray = array_field("<f4")
     token_versions: np.ndarray = array_field("<i4")
     turn_spans: np.ndarray = array_field("<i4")
+    reward: float
+    success: bool
+    terminated: bool
+    truncated: bool
+    finish_reason: FinishReason
+    status: EpisodeStatus
     turn_rewards: np.ndarray = array_field("<f4", optional=True)
     """The env's reward for each turn (``num_turns`` of them, unclipped; ``reward`` is their sum
     clipped to [0, 1])."""
@@ -93,12 +119,6 @@ class Trajectory:
     turn_action_parsed: np.ndarray = array_field("u1", optional=True)
     """1 where the turn's reply held an action in the env's format (the env's ``action_parsed``),
     else 0: ``rollout/valid_action_frac`` and the learner's optional format reward read it."""
-    reward: float = 0.0
-    success: bool = False
-    terminated: bool = False
-    truncated: bool = False
-    finish_reason: str = ""
-    status: EpisodeStatus = "ok"
     error: str = ""
     num_turns: int = 0
     turn_cap: int = 0
@@ -219,23 +239,34 @@ def encode(message: Any) -> bytes:
 def decode(data: bytes, expected: type | tuple[type, ...] | None = None) -> Any:
     """Parse and validate msgpack bytes into a protocol message; ``ProtocolError`` if malformed."""
     try:
-        envelope = msgpack.unpackb(data, raw=False, strict_map_key=True)
+        envelope = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_refuse_ext)
     except Exception as exc:  # msgpack raises several unrelated types for garbage input
-        raise ProtocolError(f"not valid msgpack: {exc}") from None
+        raise ProtocolError(f"not valid msgpack: {exc}", "not_msgpack") from None
     return _from_envelope(envelope, expected)
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack extension type {code}: no message carries one")
 
 
 def _from_envelope(envelope: Any, expected: type | tuple[type, ...] | None) -> Any:
     if not isinstance(envelope, dict) or set(envelope) != {"type", "schema", "body"}:
-        raise ProtocolError("envelope must be a map with exactly type, schema, body")
+        raise ProtocolError("envelope must be a map with exactly type, schema, body", "bad_envelope")
     if envelope["schema"] != SCHEMA_VERSION:
-        raise ProtocolError(f"schema version {envelope['schema']!r}, this build speaks {SCHEMA_VERSION}")
+        raise ProtocolError(f"schema version {envelope['schema']!r}, this build speaks {SCHEMA_VERSION}",
+                            "schema_version")
     cls = MESSAGE_TYPES.get(envelope["type"]) if isinstance(envelope["type"], str) else None
     if cls is None:
-        raise ProtocolError(f"unknown message type {envelope['type']!r}; known: {sorted(MESSAGE_TYPES)}")
+        raise ProtocolError(f"unknown message type {envelope['type']!r}; known: {sorted(MESSAGE_TYPES)}",
+                            "unknown_type")
     if expected is not None and not issubclass(cls, expected):
-        raise ProtocolError(f"unexpected message type {cls.__name__} here")
-    return _build(cls, envelope["body"], cls.__name__)
+        raise ProtocolError(f"unexpected message type {cls.__name__} here", "unexpected_type")
+    message = _build(cls, envelope["body"], cls.__name__)
+    try:
+        wire_checks.CHECKS[cls.__name__](message)
+    except wire_checks.MeaningError as exc:
+        raise ProtocolError(f"{cls.__name__}: {exc}", exc.reason) from None
+    return message
 
 
 def _build(cls: type, body: Any, where: str) -> Any:
@@ -268,17 +299,20 @@ def _required(f: dataclasses.Field) -> bool:
 
 def _decode_array(value: Any, dtype: np.dtype, where: str) -> np.ndarray:
     if not isinstance(value, dict) or set(value) != {"dtype", "shape", "data"}:
-        raise ProtocolError(f"{where}: array must be a map of dtype, shape, data")
+        raise ProtocolError(f"{where}: array must be a map of dtype, shape, data", "bad_array")
     if value["dtype"] != dtype.str:
-        raise ProtocolError(f"{where}: dtype {value['dtype']!r}, expected {dtype.str!r}")
+        raise ProtocolError(f"{where}: dtype {value['dtype']!r}, expected {dtype.str!r}", "bad_array")
     shape = value["shape"]
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise ProtocolError(f"{where}: bad shape {shape!r}")
+    if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_ARRAY_DIMS or \
+            not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise ProtocolError(f"{where}: bad shape {shape!r}", "bad_array")
     data = value["data"]
-    expected_nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    # Python ints: a shape like [2**32, 2**32] must not wrap to 0 elements as it would in int64.
+    expected_nbytes = math.prod(shape) * dtype.itemsize
     if not isinstance(data, bytes) or len(data) != expected_nbytes:
         got = len(data) if isinstance(data, bytes) else type(data).__name__
-        raise ProtocolError(f"{where}: {got} bytes of data for shape {shape} ({expected_nbytes} expected)")
+        raise ProtocolError(f"{where}: {got} bytes of data for shape {shape} ({expected_nbytes} expected)",
+                            "bad_array")
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
@@ -316,7 +350,9 @@ def _check_scalar(value: Any, hint: Any, where: str) -> Any:
         if value is not None:
             raise ProtocolError(f"{where}: expected nil")
         return None
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):  # NaN compares false with every bound a check sets
+            raise ProtocolError(f"{where}: {value!r} is not a finite number", "out_of_range")
         return float(value)
     if hint in (int, float) and isinstance(value, bool):
         raise ProtocolError(f"{where}: expected {hint.__name__}, got bool")

@@ -66,9 +66,16 @@ class Inbox:
         try:
             return protocol.decode(frame, expected)
         except protocol.ProtocolError as exc:
-            self.rejected[type(exc).__name__] += 1
-            log.warning("%s: rejected malformed message (%d so far): %s", self.name, self.total_rejected, exc)
+            self.reject(exc.reason, str(exc))
             return None
+
+    def reject(self, reason: str, detail: str) -> None:
+        """Count one rejected message by ``reason``; log the first ones and then every 1000th, so a
+        flood of garbage cannot flood the log."""
+        self.rejected[reason] += 1
+        total = self.total_rejected
+        if total <= 20 or total % 1000 == 0:
+            log.warning("%s: rejected a message (%s; %d so far): %s", self.name, reason, total, detail)
 
     @property
     def total_rejected(self) -> int:

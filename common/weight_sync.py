@@ -161,6 +161,14 @@ class WeightBroadcaster:
             self.members = []
             raise BroadcastFailed(f"generation {self.generation} did not form: {exc}") from None
 
+    def retire(self) -> int:
+        """End the current generation without forming the next; returns generation+1, which the
+        learner announces with no members, so that every actor still in an older one leaves it."""
+        self.generation += 1
+        _drop(self._group)
+        self._group, self.members = None, []
+        return self.generation
+
     @property
     def connected(self) -> bool:
         return self._group is not None

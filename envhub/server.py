@@ -11,11 +11,13 @@ Endpoints (JSON):
     GET    /ui, /ui/api/...           the trajectory viewer over ``runs_dir`` (envhub/ui/routes.py)
     GET    /sites/...                 webnav-v0's offline sites (envhub/sites)
 
-Errors carry {"detail": message}: 400 bad task id, 404 unknown env or session, 409 step after
-the episode ended, 410 session gone (idle-reaped or closed after a failure), 413 action longer
-than ``max_action_chars`` (session kept), 422 malformed body, 500 the env raised (session closed)
-or has no task list under its options, 503 session limit, 504 env call past its deadline
-(session closed). A failing env is always reported, never turned into a silent reward of 0.
+Errors carry {"detail": message}: 400 bad task id or an env its options leave unusable (say, a
+missing option), 404 unknown env or session, 409 step after the episode ended, 410 session gone
+(idle-reaped or closed after a failure), 413 action longer than ``max_action_chars`` (session
+kept), 422 malformed body, 500 the env raised (session closed) or a server bug (logged), 503
+session limit, 504 env call past its deadline (session closed). envhub/errors.py holds the table
+of them; each route documents its own in /openapi.json. A failing env is always reported, never
+turned into a silent reward of 0.
 """
 
 import asyncio
@@ -36,6 +38,8 @@ from envhub import registry
 from envhub.auth import TokenMiddleware
 from envhub.base import Environment, StepContractError, StepResult
 from envhub.config import EnvhubConfig
+from envhub.errors import ERRORS, InternalErrorMiddleware, route_responses
+from envhub.options import OPTION_ERRORS, OptionsError
 from envhub.sessions import (
     EpisodeOverError,
     Session,
@@ -144,38 +148,35 @@ class SessionService:
         try:
             return registry.conversation_start(env_id, **self.options(env_id)).to_json()
         except registry.UnknownEnvError as error:
-            raise self._error("unknown_env", 404, str(error)) from None
-        except (TypeError, ValueError) as error:  # options the env refuses, e.g. agentgym-v0's instruction
-            raise self._error("env_config", 400, f"env {env_id}: no conversation start under its "
+            raise self._error("unknown_env", str(error)) from None
+        except OPTION_ERRORS as error:  # options the env refuses, e.g. agentgym-v0 without its url
+            raise self._error("env_config", f"env {env_id}: no conversation start under its "
                               f"envhub.env_options: {error}") from None
 
-    def _error(self, kind: str, status_code: int, message: str) -> HTTPException:
+    def _error(self, kind: str, message: str) -> HTTPException:
+        """The answer to a failed request of `kind`, with the status envhub/errors.py gives it."""
         self.stats.errors[kind] += 1
-        return HTTPException(status_code=status_code, detail=message)
+        return HTTPException(status_code=ERRORS[kind].status_code, detail=message)
 
     def _session(self, session_id: str) -> Session:
         try:
             return self.table.get(session_id, time.monotonic())
         except UnknownSessionError as error:
-            raise self._error("unknown_session", 404, str(error)) from None
+            raise self._error("unknown_session", str(error)) from None
         except SessionGoneError as error:
-            raise self._error("session_gone", 410, str(error)) from None
+            raise self._error("session_gone", str(error)) from None
 
     async def create(self, request: CreateSessionRequest) -> CreateSessionResponse:
         try:
             env_spec = registry.spec(request.env_id)
         except registry.UnknownEnvError as error:
-            raise self._error("unknown_env", 404, str(error)) from None
+            raise self._error("unknown_env", str(error)) from None
         options = self.options(request.env_id)
-        try:
-            known_task = env_spec.has_task(request.task_id, **options)
-        except Exception as error:  # e.g. an env that needs options the server was not given
-            raise self._error("env_config", 500, f"env {request.env_id} has no task list under its "
-                              f"envhub.env_options: {error}") from None
-        if not known_task:
-            splits = registry.task_splits(request.env_id, **options)
+        splits = self._task_splits(request.env_id, options)  # before the task check: it may need options
+        if not env_spec.has_task(request.task_id, **options):
             ranges = ", ".join(f"{name}: {_describe(numbers)}" for name, numbers in splits.items())
-            raise self._error("bad_task", 400, f"env {request.env_id}: no task {request.task_id!r}; tasks: {ranges}")
+            raise self._error("bad_task", f"env {request.env_id}: no task {_shorten(request.task_id)!r}; "
+                              f"tasks: {ranges}")
         session = self._new_session(request)
         async with session.lock:
             reset = _checked_reset(session.env, request.task_id, request.seed)
@@ -183,31 +184,45 @@ class SessionService:
         self.stats.sessions_created += 1
         return CreateSessionResponse(session_id=session.session_id, observation=observation, info=info)
 
+    def _task_splits(self, env_id: str, options: dict[str, Any]) -> dict[str, range | list[int]]:
+        """The env's task list under `options`; 400 naming the option when they leave it unusable."""
+        try:
+            return registry.task_splits(env_id, **options)
+        except OPTION_ERRORS as error:  # e.g. agentgym-v0 without its url: the server's config, not a crash
+            raise self._error("env_config", f"env {env_id} cannot run under its "
+                              f"envhub.env_options: {error}") from None
+        except Exception as error:
+            logger.exception("could not list the tasks of env %s", env_id)
+            raise self._error("env_error", f"could not list the tasks of env {env_id}: {error!r}") from None
+
     def _new_session(self, request: CreateSessionRequest) -> Session:
         # No await between the room check and table.create, so the limit holds under concurrency.
         try:
             self.table.ensure_room()
         except SessionLimitError as error:
-            raise self._error("session_limit", 503, str(error)) from None
+            raise self._error("session_limit", str(error)) from None
         try:
             env = registry.make(request.env_id, **self.options(request.env_id))
+        except OPTION_ERRORS as error:  # options only the constructor checks (envs with fixed task lists)
+            raise self._error("env_config", f"env {request.env_id} cannot run under its "
+                              f"envhub.env_options: {error}") from None
         except Exception as error:
             logger.exception("could not build env %s", request.env_id)
-            raise self._error("env_error", 500, f"could not build env {request.env_id}: {error!r}") from None
+            raise self._error("env_error", f"could not build env {request.env_id}: {error!r}") from None
         return self.table.create(request.env_id, request.task_id, env, time.monotonic())
 
     async def step(self, session_id: str, action: str) -> StepResult:
         if len(action) > self.cfg.max_action_chars:
-            raise self._error("action_too_large", 413, f"action is {len(action)} characters; the limit is "
+            raise self._error("action_too_large", f"action is {len(action)} characters; the limit is "
                               f"{self.cfg.max_action_chars} (envhub.max_action_chars); the session stays open")
         session = self._session(session_id)
         async with session.lock:
             try:
                 session.check_steppable()
             except SessionGoneError as error:
-                raise self._error("session_gone", 410, str(error)) from None
+                raise self._error("session_gone", str(error)) from None
             except EpisodeOverError as error:
-                raise self._error("episode_over", 409, str(error)) from None
+                raise self._error("episode_over", str(error)) from None
             started_s = time.perf_counter()
             result = await self._call_env(session, "step", _checked_step(session.env, action))
             self.stats.step_latencies_s.append(time.perf_counter() - started_s)
@@ -222,7 +237,7 @@ class SessionService:
             return {"closed": True, "reason": reason}
         session = self.table.remove(session_id, "closed by client")
         if session is None:
-            raise self._error("unknown_session", 404, f"unknown session {session_id}")
+            raise self._error("unknown_session", f"unknown session {session_id}")
         async with session.lock:  # lets an in-flight step finish first
             await self._close_env(session.env, session.env_id)
         return {"closed": True}
@@ -234,12 +249,15 @@ class SessionService:
             return await asyncio.wait_for(coroutine, self.cfg.step_timeout_s)
         except asyncio.TimeoutError:
             await self._discard(session, f"{call} exceeded the {self.cfg.step_timeout_s:g}s deadline")
-            raise self._error("timeout", 504, f"{where} exceeded the {self.cfg.step_timeout_s:g}s deadline; "
+            raise self._error("timeout", f"{where} exceeded the {self.cfg.step_timeout_s:g}s deadline; "
                               f"session {session.session_id} closed") from None
+        except OptionsError as error:  # the task and the options do not fit: say so, not "the env failed"
+            await self._discard(session, f"options error in {call}")
+            raise self._error("env_config", f"{where}: {error}; session {session.session_id} closed") from None
         except Exception as error:
             logger.warning("%s raised %r", where, error)
             await self._discard(session, f"env error in {call}")
-            raise self._error("env_error", 500, f"{where} raised {type(error).__name__}: {error}; "
+            raise self._error("env_error", f"{where} raised {type(error).__name__}: {error}; "
                               f"session {session.session_id} closed") from None
 
     async def _discard(self, session: Session, reason: str) -> None:
@@ -296,6 +314,7 @@ def create_app(cfg: EnvhubConfig) -> FastAPI:
     _add_routes(app, service)
     app.include_router(ui_router(cfg.runs_dir))  # the trajectory viewer at /ui (envhub/ui)
     mount_sites(app)  # webnav-v0's offline shop, admin and forum at /sites (envhub/sites)
+    app.add_middleware(InternalErrorMiddleware, errors=service.stats.errors)  # a bug answers 500, logged
     token = require_token_for(cfg.host, "envhub")  # beyond loopback only with the shared token
     if token is not None:
         app.add_middleware(TokenMiddleware, token=token, refusals=service.stats.errors)
@@ -308,30 +327,32 @@ def _add_routes(app: FastAPI, service: SessionService) -> None:
         service.stats.errors["malformed_request"] += 1
         return await request_validation_exception_handler(request, error)
 
-    @app.get("/health")
+    @app.get("/health", responses=route_responses("GET", "/health"))
     async def health() -> dict[str, Any]:
         return {"status": "ok", "sessions": len(service.table), "stats": service.stats.snapshot()}
 
-    @app.get("/envs")
+    @app.get("/envs", responses=route_responses("GET", "/envs"))
     async def list_envs() -> list[dict[str, Any]]:
         return [_describe_env(env_spec, service.options(env_spec.id)) for env_spec in registry.list_specs()]
 
-    @app.get("/envs/{env_id}/conversation")
+    @app.get("/envs/{env_id}/conversation", responses=route_responses("GET", "/envs/{env_id}/conversation"))
     async def conversation(env_id: str) -> dict[str, Any]:
         # Off the event loop: an env may play its worked example the first time (then it is cached).
         return await asyncio.to_thread(service.conversation_start, env_id)
 
-    @app.post("/sessions", status_code=201, response_model=CreateSessionResponse)
+    @app.post("/sessions", status_code=201, response_model=CreateSessionResponse,
+              responses=route_responses("POST", "/sessions"))
     async def create_session(request: CreateSessionRequest) -> CreateSessionResponse:
         return await service.create(request)
 
-    @app.post("/sessions/{session_id}/step", response_model=StepResponse)
+    @app.post("/sessions/{session_id}/step", response_model=StepResponse,
+              responses=route_responses("POST", "/sessions/{session_id}/step"))
     async def step_session(session_id: str, request: StepRequest) -> StepResponse:
         result = await service.step(session_id, request.action)
         return StepResponse(observation=result.observation, reward=result.reward, terminated=result.terminated,
                             truncated=result.truncated, info=result.info)
 
-    @app.delete("/sessions/{session_id}")
+    @app.delete("/sessions/{session_id}", responses=route_responses("DELETE", "/sessions/{session_id}"))
     async def close_session(session_id: str) -> dict[str, Any]:
         return await service.close(session_id)
 
@@ -343,6 +364,11 @@ def _describe_env(env_spec: registry.EnvSpec, options: dict[str, Any]) -> dict[s
     except Exception as error:
         return {"id": env_spec.id, "max_turns": env_spec.max_turns, "splits": None, "error": str(error)}
     return {"id": env_spec.id, "max_turns": env_spec.max_turns, "splits": splits}
+
+
+def _shorten(text: str, max_chars: int = 200) -> str:
+    """`text` cut for an error message: a fuzzer's megabyte task id need not come back whole."""
+    return text if len(text) <= max_chars else f"{text[:max_chars]}... ({len(text)} characters)"
 
 
 def _describe(numbers: range | list[int]) -> str:

@@ -12,9 +12,10 @@ Estimators (``learner.algorithm.advantage``):
   (with an outcome reward and gamma = 1 every assistant token's return is the outcome).
 - RLOO (Ahmadian et al. 2024, arXiv 2402.14740): the reward minus the mean reward of the
   *other* episodes of its group, broadcast the same way.
-- REINFORCE++ (Hu 2025, arXiv 2501.03262; OpenRLHF): per-token rewards (the outcome on the last
-  assistant token, optionally minus ``kl_coef * KL`` on every assistant token), discounted
-  returns-to-go, then whitened with the mean and std of *all* assistant tokens in the batch.
+- REINFORCE++ (Hu 2025, arXiv 2501.03262; OpenRLHF): per-token rewards (each turn's reward on
+  the last assistant token of that turn, see below; optionally minus ``kl_coef * KL`` on every
+  assistant token), discounted returns-to-go, then whitened with the mean and std of *all*
+  assistant tokens in the batch.
 - GAE (Schulman et al. 2016) with a learned value per assistant token (PPO with a critic).
 - GiGPO (Feng et al. 2025, arXiv 2505.10978): GRPO's episode advantage plus a *step* advantage
   for each turn: the turns of one group that answered the same observation (an anchor state)
@@ -29,6 +30,15 @@ reward, no value and no discount step (gamma applies once per assistant token). 
 the first token of the next turn is predicted from a prefix that includes the observation,
 which is how the critic sees what the environment answered. The episode ends after its last
 assistant token (value 0 beyond it); a truncated episode is not bootstrapped.
+
+Where rewards land (REINFORCE++, GAE): an env that pays along the way (SciWorld pays progress
+every step) has its reward for turn k placed on the last assistant token of turn k
+(``turn_token_rewards``), so a token's return holds the rewards of its own and later turns only,
+discounted from where they were earned. The per-turn rewards are first made to sum to the episode
+reward the other estimators train on (``turn_rewards_summing_to``: the env's sum clipped to
+[0, 1], minus the format penalty), scaling every turn alike when the clip cut the sum. A batch
+recorded before per-turn rewards were sent puts the episode reward on the last assistant token
+(``outcome_token_rewards``), which is the same thing for an env that pays only at the end.
 """
 
 from __future__ import annotations
@@ -136,15 +146,71 @@ def sequence_to_token_advantages(advantages: torch.Tensor, loss_mask: torch.Tens
     return advantages[:, None] * loss_mask.to(advantages.dtype)
 
 
+def turn_rewards_summing_to(turn_rewards: torch.Tensor, turn_row: torch.Tensor,
+                            episode_rewards: torch.Tensor) -> torch.Tensor:
+    """Each turn's reward, made to sum over its row to that row's ``episode_rewards`` -> [N].
+
+    ``turn_rewards``, ``turn_row``: [N]; ``episode_rewards``: [B]. A row whose turn rewards sum to
+    S != 0 with ``R / S >= 0`` has each scaled by ``R / S`` (an episode whose progress rewards
+    overshoot the clip at 1 keeps where each part was earned); otherwise (S == 0, or the signs
+    differ) the turns keep their rewards and ``R - S`` is added to the row's last turn.
+    """
+    if turn_rewards.dim() != 1 or turn_row.shape != turn_rewards.shape or episode_rewards.dim() != 1:
+        raise ValueError(f"need turn_rewards [N], turn_row [N], episode_rewards [B]; got "
+                         f"{tuple(turn_rewards.shape)}, {tuple(turn_row.shape)}, {tuple(episode_rewards.shape)}")
+    values = turn_rewards.to(torch.float64)
+    target = episode_rewards.to(torch.float64)
+    sums = torch.zeros_like(target).index_add_(0, turn_row, values)
+    scale = torch.where(sums != 0, target / torch.where(sums != 0, sums, 1.0), -1.0)
+    scalable = scale >= 0
+    out = torch.where(scalable[turn_row], values * scale.clamp(min=0)[turn_row], values)
+    positions = torch.arange(len(turn_row), device=turn_row.device)
+    last = torch.full_like(target, -1, dtype=torch.long).scatter_reduce_(0, turn_row, positions, "amax")
+    rows = torch.nonzero(~scalable & (last >= 0), as_tuple=True)[0]
+    out[last[rows]] += target[rows] - sums[rows]
+    return out.to(turn_rewards.dtype)
+
+
+def turn_token_rewards(turn_rewards: torch.Tensor, turn_row: torch.Tensor, turn_spans: torch.Tensor,
+                       loss_mask: torch.Tensor) -> torch.Tensor:
+    """Each turn's reward on the last assistant token of its ``[start, end)`` span -> [B, T].
+
+    ``turn_rewards``, ``turn_row``: [N]; ``turn_spans``: [N, 2]. A turn without an assistant token
+    in its span credits the last assistant token before it, else the row's first one; a row with
+    none receives nothing (as ``outcome_token_rewards``).
+    """
+    _check_tokens(loss_mask, loss_mask, "loss_mask")
+    if turn_spans.shape != (turn_row.shape[0], 2) or turn_rewards.shape != turn_row.shape:
+        raise ValueError(f"need turn_rewards [N], turn_row [N], turn_spans [N, 2]; got {tuple(turn_rewards.shape)}, "
+                         f"{tuple(turn_row.shape)}, {tuple(turn_spans.shape)}")
+    keep, width = loss_mask.bool(), loss_mask.shape[1]
+    positions = torch.arange(width, device=loss_mask.device).expand_as(keep)
+    last_so_far = torch.where(keep, positions, -1).cummax(dim=1).values  # last assistant token at or before t
+    first = torch.where(keep, positions, width).min(dim=1).values  # width: the row has none
+    rows = turn_row.to(loss_mask.device)
+    at = last_so_far[rows, turn_spans[:, 1].to(loss_mask.device).clamp(1, width) - 1]
+    at = torch.where(at >= 0, at, first[rows])
+    placed = at < width
+    token_rewards = torch.zeros(loss_mask.shape, dtype=turn_rewards.dtype, device=loss_mask.device)
+    return token_rewards.index_put_((rows[placed], at[placed]), turn_rewards.to(loss_mask.device)[placed],
+                                    accumulate=True)
+
+
 def kl_shaped_token_rewards(
     rewards: torch.Tensor, loss_mask: torch.Tensor, kl: torch.Tensor | None = None, kl_coef: float = 0.0
 ) -> torch.Tensor:
-    """Per-token rewards: the outcome on the last assistant token, ``- kl_coef * kl`` on each one.
+    """Per-token rewards: the outcome on the last assistant token, ``- kl_coef * kl`` on each one."""
+    return kl_penalized(outcome_token_rewards(rewards, loss_mask), loss_mask, kl, kl_coef)
+
+
+def kl_penalized(
+    token_rewards: torch.Tensor, loss_mask: torch.Tensor, kl: torch.Tensor | None = None, kl_coef: float = 0.0
+) -> torch.Tensor:
+    """``token_rewards`` minus ``kl_coef * kl`` on each assistant token -> [B, T].
 
     ``kl``: [B, T] per-token KL estimate of the sampling policy to the reference (REINFORCE++,
     InstructGPT); ignored where ``loss_mask == 0``, so garbage on env tokens never leaks in.
     """
-    token_rewards = outcome_token_rewards(rewards, loss_mask)
     if kl is None or kl_coef == 0:
         return token_rewards
     if kl.shape != loss_mask.shape:

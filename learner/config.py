@@ -55,12 +55,24 @@ class AlgorithmConfig:
     loss_agg: str = "token-mean"
     """``token-mean`` (every assistant token weighs the same), ``seq-mean-token-mean`` (every
     episode weighs the same) or ``seq-mean-token-sum-norm`` (token sums over batch rows times
-    padded width, Dr. GRPO's length-unbiased form)."""
+    ``loss_norm_tokens``, Dr. GRPO's length-unbiased form)."""
+    loss_norm_tokens: int = 0
+    """``seq-mean-token-sum-norm`` only: the constant tokens per row it divides by; 0: the run's
+    ``rollout.max_episode_tokens``. Not the padded width, so the step size does not change with
+    the longest episode of the batch."""
     decoupled: bool = True
     """Decoupled PPO: clip against the learner's pre-update policy, importance weight
     proximal / behavior capped at ``is_cap``. False: classic PPO-clip of current / behavior."""
     clip_eps: float = 0.2
-    """PPO clip range of the policy ratio."""
+    """PPO clip range of the policy ratio: ``[1 - clip_eps, 1 + clip_eps]`` unless a side is set below."""
+    clip_eps_low: float = 0.0
+    """Lower clip ``1 - clip_eps_low`` of the ratio, in [0, 1); 0: ``clip_eps``."""
+    clip_eps_high: float = 0.0
+    """Upper clip ``1 + clip_eps_high`` (DAPO's clip-higher: e.g. 0.28 with 0.2 below, room for
+    unlikely good tokens to gain probability); 0: ``clip_eps``."""
+    dual_clip_c: float = 0.0
+    """Dual clip (AReaL, arXiv 1912.09729): a token with a negative advantage A loses at most
+    ``-c * A`` however far its ratio has grown (e.g. 3.0); must be > 1; 0: off."""
     is_cap: float = 2.0
     """Cap C of the truncated importance weight proximal / behavior policy."""
     seq_mask_low: float = 0.0
@@ -70,7 +82,10 @@ class AlgorithmConfig:
     kl_coef: float = 0.0
     """Weight of the KL to a frozen copy of the initial policy; > 0 loads that reference model."""
     kl_estimator: str = "k3"
-    """``k1`` (log ratio) or ``k3`` (low-variance ``r - 1 - log r``, always >= 0)."""
+    """As a loss term: ``k2`` (half the squared log ratio; its gradient is that of KL(pi || ref))
+    or ``k3`` (low-variance ``exp(r) - 1 - r``, r = log ref - log pi; its gradient is that of
+    KL(ref || pi)). ``k1`` (the log ratio) only with ``kl_in_reward``: as a loss its gradient is
+    zero in expectation (``learner.losses.kl_to_reference``)."""
     kl_in_reward: bool = False
     """Subtract ``kl_coef * KL`` from each token's reward (REINFORCE++, InstructGPT) instead of
     adding it to the loss; ``reinforce_pp`` and ``gae`` only."""
@@ -94,11 +109,20 @@ class AlgorithmConfig:
         _check_choice("loss_agg", self.loss_agg, LOSS_AGGREGATIONS)
         _check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
         problems = [message for failed, message in (
+            (self.kl_coef > 0 and not self.kl_in_reward and self.kl_estimator not in KL_LOSS_ESTIMATORS,
+             f"kl_estimator {self.kl_estimator} as a loss term does not regularise (its gradient is zero in "
+             f"expectation on-policy); use {' or '.join(KL_LOSS_ESTIMATORS)}, or k1 with kl_in_reward"),
+            (self.loss_norm_tokens < 0, "loss_norm_tokens must be >= 0 (0: rollout.max_episode_tokens)"),
+            (self.loss_norm_tokens > 0 and self.loss_agg != "seq-mean-token-sum-norm",
+             "loss_norm_tokens applies to loss_agg seq-mean-token-sum-norm only"),
+            (not 0 <= self.clip_eps_low < 1 or self.clip_eps_high < 0,
+             "need 0 <= clip_eps_low < 1 and clip_eps_high >= 0 (0: clip_eps)"),
+            (self.dual_clip_c != 0 and not self.dual_clip_c > 1, "dual_clip_c must be > 1 (0: off)"),
             (self.kl_in_reward and self.advantage not in ("reinforce_pp", "gae"),
              "kl_in_reward needs a per-token return: advantage reinforce_pp or gae"),
             (self.kl_in_reward and not self.kl_coef > 0, "kl_in_reward needs kl_coef > 0"),
             (not 0 < self.gamma <= 1 or not 0 <= self.lam <= 1, "need 0 < gamma <= 1 and 0 <= lam <= 1"),
-            (not self.clip_eps > 0 or not self.is_cap > 0, "clip_eps and is_cap must be > 0"),
+            (not 0 < self.clip_eps < 1 or not self.is_cap > 0, "need 0 < clip_eps < 1 and is_cap > 0"),
             (min(self.seq_mask_low, self.seq_mask_high, self.kl_coef, self.entropy_coef,
                  self.value_clip) < 0, "seq_mask_*, kl_coef, entropy_coef, value_clip must be >= 0"),
             (0 < self.seq_mask_high <= self.seq_mask_low, "seq_mask_high must exceed seq_mask_low"),
@@ -109,10 +133,16 @@ class AlgorithmConfig:
         if problems:
             raise ValueError("learner.algorithm: " + "; ".join(problems))
 
+    @property
+    def clip_range(self) -> tuple[float, float]:
+        """(eps_low, eps_high) of the ratio clip, each side ``clip_eps`` unless set."""
+        return self.clip_eps_low or self.clip_eps, self.clip_eps_high or self.clip_eps
+
 
 ADVANTAGES = ("grpo", "rloo", "reinforce_pp", "gae", "gigpo")
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = ("k1", "k3")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_LOSS_ESTIMATORS = ("k2", "k3")
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -138,6 +168,11 @@ class LearnerConfig:
     activation_checkpointing: bool = False
     """Recompute each decoder layer in backward instead of storing its activations (less
     memory, about one more forward pass of compute)."""
+    logprob_chunk_tokens: int = 1024
+    """Token logprobs (and entropy) at the loss positions only, through the LM head this many
+    tokens at a time, float32 per chunk, recomputed in backward (``learner/logprobs.py``): memory
+    for logits is chunk x vocabulary, not batch x length x vocabulary. 0: full [B, T, V] logits
+    (the plain path; also for models whose head is not one linear layer)."""
     micro_batch_tokens: int = 0
     """Gradient accumulation: each optimizer step runs a rank's rows in micro-batches of at most
     this many padded tokens (rows x longest row; a longer row goes alone); 0: all rows at once.
@@ -148,6 +183,14 @@ class LearnerConfig:
     """Staleness bound S: no lease is admitted that could yield samples more than S versions old."""
     lease_timeout_s: float = 120.0
     """A lease not returned by then is re-issued; late results are discarded and counted."""
+    max_group_reissues: int = 3
+    """Re-issues a group (task lease) gets at most: a group whose lease expires after that many is
+    dropped, never leased again (a task no actor finishes within ``lease_timeout_s``), and counted
+    as ``abandoned`` in the head's ledger (``async/groups_abandoned``). 0: never re-issued."""
+    max_message_mb: float = 64.0
+    """Largest message the head accepts from an actor, in MiB (a 32k-token episode is ~0.5 MiB).
+    ZeroMQ drops the connection of a peer that sends a larger one before any memory is taken for
+    it (the actor reconnects); the head counts dropped connections as ``peer_disconnects``."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     """Advantage estimator, loss terms and update passes."""
     horizon: HorizonConfig = field(default_factory=HorizonConfig)
@@ -185,9 +228,15 @@ class LearnerConfig:
     """Episodes per held-out task (the eval lease's group size): the n of ``eval/<env>/pass@n``."""
 
     def __post_init__(self) -> None:
+        if self.logprob_chunk_tokens < 0:
+            raise ValueError(f"learner.logprob_chunk_tokens must be >= 0 (0: off); got {self.logprob_chunk_tokens}")
         if self.micro_batch_tokens < 0:
             raise ValueError(f"learner.micro_batch_tokens must be >= 0 (0: off); got {self.micro_batch_tokens}")
+        if self.max_group_reissues < 0:
+            raise ValueError(f"learner.max_group_reissues must be >= 0; got {self.max_group_reissues}")
         if self.sample_text_every < 0:
             raise ValueError(f"sample_text_every must be >= 0, got {self.sample_text_every}")
+        if not 0.001 <= self.max_message_mb <= 4096:
+            raise ValueError(f"learner.max_message_mb must be in [0.001, 4096] MiB, got {self.max_message_mb}")
         if self.eval_every < 0 or self.eval_tasks_per_env < 1 or self.eval_samples < 1:
             raise ValueError("eval_every must be >= 0, eval_tasks_per_env and eval_samples >= 1")

@@ -8,6 +8,13 @@ It owns two ZeroMQ sockets so the training loop never touches them:
   the training queue, or for an eval lease to ``eval_groups``, so validation episodes never
   reach a training batch. Episodes of expired or unknown leases, or whose purpose differs from
   their lease's, are discarded and counted.
+
+Nothing a peer sends can stop the thread: ``protocol.decode`` rejects what is malformed or
+meaningless on its own (``common/wire_checks.py``), ``_on_trajectory`` rejects what contradicts
+the lease or the model (a token id past the vocabulary, a version the learner has not made yet),
+and any other error while handling one message drops that message and counts it. An error
+outside message handling (a broken ledger) stops the thread and is raised by the next ``get``,
+so the learner fails saying why instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -25,10 +32,13 @@ import zmq
 from common import protocol
 from common.protocol import ActorStats, GroupJoin, LeaseRequest, TaskLease, Trajectory
 from common.recording import Recorder
-from common.transport import Inbox, bind_random, configure
+from common.transport import Inbox, bind_random, channel_guard, configure
 from learner.sampler import LedgerError, TaskSampler
 
 log = logging.getLogger(__name__)
+
+_MAX_REQUEST_BYTES = 1 << 16
+"""A ``LeaseRequest`` is a few dozen bytes."""
 
 
 @dataclass
@@ -44,8 +54,9 @@ class HeadServer:
     """Runs the lease/ingest loop in a background thread; the training loop reads ``groups``."""
 
     def __init__(self, sampler: TaskSampler, host: str = "127.0.0.1", record_dir: Path | None = None,
-                 poll_ms: int = 20):
+                 poll_ms: int = 20, vocab_size: int | None = None, max_message_bytes: int = 64 << 20):
         self.sampler = sampler
+        self.vocab_size = vocab_size  # the model's embedding rows: larger token ids are rejected
         self.groups: queue.Queue[Group] = queue.Queue()
         self.eval_groups: queue.Queue[Group] = queue.Queue()  # completed eval leases, never trained on
         self.actor_stats: dict[int, ActorStats] = {}
@@ -54,6 +65,9 @@ class HeadServer:
         self._ctx = zmq.Context.instance()
         self._router = configure(self._ctx.socket(zmq.ROUTER))
         self._pull = configure(self._ctx.socket(zmq.PULL))
+        # ZeroMQ drops a peer that sends more, before taking memory for it: the monitor counts it.
+        self._router.setsockopt(zmq.MAXMSGSIZE, _MAX_REQUEST_BYTES)
+        self._pull.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self.lease_address = bind_random(self._router, host)
         self.trajectory_address = bind_random(self._pull, host)
         self._inbox = Inbox("head")
@@ -64,14 +78,17 @@ class HeadServer:
         self._poll_ms = poll_ms
         self._record = _open_record(record_dir)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="head-server", daemon=True)
+        self.failure: BaseException | None = None  # what stopped the thread, raised by ``get``
+        self._newest_version = 0  # the newest weights actors may hold: later versions are lies
+        self._thread = threading.Thread(target=self._run, name="head-server", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         self._router.close()
         self._pull.close()
         if self._record is not None:
@@ -81,6 +98,13 @@ class HeadServer:
         with self._lock:
             self.sampler.set_version(version)
             self.sampler.set_turn_cap(turn_cap)
+            self._newest_version = max(self._newest_version, version)
+
+    def expect_version(self, version: int) -> None:
+        """Weights of ``version`` are going out: episodes may carry it from now on (in sync mode
+        before the sampler moves to it)."""
+        with self._lock:
+            self._newest_version = max(self._newest_version, version)
 
     def release(self, group: Group) -> None:
         """The trainer dropped this group: free its admission slot."""
@@ -107,11 +131,18 @@ class HeadServer:
         return joins
 
     def get(self, timeout_s: float) -> Group | None:
-        """The next completed group, or None if none arrived within ``timeout_s``."""
+        """The next completed group, or None if none arrived within ``timeout_s``; raises
+        ``HeadFailed`` once the server thread has died (no group can come any more)."""
+        self.check_alive()
         try:
             return self.groups.get(timeout=timeout_s)
         except queue.Empty:
+            self.check_alive()
             return None
+
+    def check_alive(self) -> None:
+        if self.failure is not None:
+            raise HeadFailed(f"the head's lease and ingest thread died: {self.failure!r}") from self.failure
 
     @property
     def exhausted_is_final(self) -> bool:
@@ -136,10 +167,20 @@ class HeadServer:
                 broken = ""
             except LedgerError as exc:
                 broken = str(exc)
+            rejected = {f"rejected/{reason}": n for reason, n in self._inbox.rejected.items()}
+            # An actor that stopped, or a peer ZeroMQ dropped for a message over max_message_bytes.
+            disconnects = channel_guard().disconnects(self._pull)
             return {**self.sampler.ledger(), **self.counters, "rejected_messages": self._inbox.total_rejected,
-                    "ledger_broken": broken}
+                    **rejected, "peer_disconnects": disconnects, "ledger_broken": broken}
 
     # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # raised to the training loop by ``get``
+            self.failure = exc
+            log.exception("the head's lease and ingest thread died")
 
     def _loop(self) -> None:
         poller = zmq.Poller()
@@ -162,7 +203,11 @@ class HeadServer:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            handler(frames)
+            try:
+                handler(frames)
+            except Exception as exc:  # a bug one message exposed must not end ingest for everyone
+                self._inbox.reject(f"handler_error/{type(exc).__name__}", repr(exc))
+                log.exception("the head failed handling one message; dropped it")
 
     def _on_request(self, frames: list[bytes]) -> None:
         if len(frames) != 2:
@@ -209,22 +254,26 @@ class HeadServer:
             with self._lock:
                 self._join_requests.add(message.actor_id)
         elif isinstance(message, Trajectory):
-            if self._record is not None:
-                self._record.write(frames[0])  # the stream as received, replayable into the learner
             with self._lock:
-                self._on_trajectory(message)
+                if self._on_trajectory(message) and self._record is not None:
+                    self._record.write(frames[0])  # the stream as received, replayable into the learner
 
-    def _on_trajectory(self, episode: Trajectory) -> None:
+    def _on_trajectory(self, episode: Trajectory) -> bool:
+        """Take one episode; False if it was rejected (and so is not recorded either)."""
         group = self._open.get(episode.lease_id)
         if group is None:
             self.counters["episodes_discarded_late"] += 1
-            return
+            return True
+        contradiction = self._contradiction(episode, group.lease)
+        if contradiction is not None:
+            self._inbox.reject(contradiction, f"episode {episode.episode_index} of lease {episode.lease_id}")
+            return False
         if any(e.episode_index == episode.episode_index for e in group.episodes):
             self.counters["episodes_discarded_duplicate"] += 1
-            return
+            return True
         if episode.purpose != group.lease.purpose:  # the lease decides what may be trained on
             self.counters["episodes_discarded_purpose"] += 1
-            return
+            return True
         group.episodes.append(episode)
         if len(group.episodes) == group.lease.group_size:
             del self._open[episode.lease_id]
@@ -234,12 +283,32 @@ class HeadServer:
                 (self.eval_groups if group.lease.purpose == "eval" else self.groups).put(group)
             else:
                 self.counters["groups_discarded_late"] += 1
+        return True
+
+    def _contradiction(self, episode: Trajectory, lease: TaskLease) -> str | None:
+        """Why this episode cannot answer this lease or train this model (a rejection reason), or
+        None. The episode already passed every check it can pass alone (``wire_checks``)."""
+        if (episode.group_id, episode.env_id, episode.task_id, episode.group_size, episode.turn_cap) != \
+                (lease.group_id, lease.env_id, lease.task_id, lease.group_size, lease.turn_cap):
+            return "not_the_lease"
+        if len(episode.token_ids) > lease.max_episode_tokens:
+            return "over_token_budget"
+        if self.vocab_size is not None and len(episode.token_ids) and int(episode.token_ids.max()) >= self.vocab_size:
+            return "bad_token_ids"
+        sampled = episode.token_versions[episode.loss_mask.astype(bool)]
+        if sampled.size and int(sampled.max()) > self._newest_version:
+            return "version_from_the_future"
+        return None
 
     def _drop_expired_partials(self) -> None:
         now = time.time()
         for lease_id in [k for k, g in self._open.items() if g.lease.deadline_unix_s < now]:
             self.counters["episodes_discarded_late"] += len(self._open.pop(lease_id).episodes)
             self._holder.pop(lease_id, None)
+
+
+class HeadFailed(RuntimeError):
+    """The head's thread died: the run cannot get more groups and must fail, saying why."""
 
 
 def _open_record(record_dir: Path | None) -> Recorder | None:

@@ -11,18 +11,24 @@ separates three policies:
 - *proximal* pi_prox: the anchor of the trust region, the learner's policy before this update;
 - *current* pi_theta: the policy being optimized.
 
-The loss is ``-w * min(r * A, clip(r, 1 - eps, 1 + eps) * A)`` with ``r = pi_theta / pi_prox``
+The loss is ``-w * min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A)`` with ``r = pi_theta / pi_prox``
 and the importance weight ``w = min(pi_prox / mu, C)`` (truncated, detached) that corrects for
-sampling from mu. When the learner takes one gradient step per batch, the proximal policy *is*
-the current one before the step: pass ``proximal_logprobs = logprobs.detach()``; then ``r == 1``
+sampling from mu. ``eps_high > eps_low`` is DAPO's clip-higher (arXiv 2503.14476): room for
+unlikely tokens with a positive advantage to gain probability. Dual clip (Ye et al. 2020, arXiv
+1912.09729; AReaL) bounds the loss of a negative advantage at ``-w * c * A``: without it a token
+whose ratio has grown large contributes ``-r * A``, unbounded.
+
+When the learner takes one gradient step per batch, the proximal policy *is* the current one
+before the step: pass ``proximal_logprobs = logprobs.detach()``; then ``r == 1``
 in value (its gradient is still the policy gradient) and only ``w`` corrects the staleness.
 Classic PPO-clip against the behavior policy is the special case ``proximal = behavior``
 (``r = pi_theta / mu``, ``w = 1``).
 
 Further terms, all masked to assistant tokens: sequence-level masking by the geometric-mean
 ratio proximal / behavior (drop whole episodes the learner would have sampled very
-differently), KL to a frozen reference policy (k1 or k3), an entropy bonus, and the clipped
-value loss of a critic. ``aggregate_loss`` documents how per-token terms become one scalar.
+differently), KL to a frozen reference policy (``kl_to_reference``: k2 or k3 as a loss term; k1
+only in the reward), an entropy bonus, and the clipped value loss of a critic. ``aggregate_loss``
+documents how per-token terms become one scalar.
 """
 
 from __future__ import annotations
@@ -42,7 +48,8 @@ def token_logprobs(logits: torch.Tensor, token_ids: torch.Tensor, temperature: f
     ``logits``: [B, T, V]; ``token_ids``: [B, T] long. Returns [B, T] float32; position 0 is 0.
     The temperature must equal the actors' sampling temperature, or current and behavior
     logprobs describe different distributions. Computed as log_softmax + gather in float32,
-    which materializes one [B, T, V] float32 tensor (chunk the batch for large vocabularies).
+    which materializes [B, T, V] float32 tensors: the learner uses it only with
+    ``learner.logprob_chunk_tokens: 0``; ``learner/logprobs.py`` computes the same values in chunks.
     """
     if logits.dim() != 3 or token_ids.shape != logits.shape[:2]:
         raise ValueError(
@@ -89,23 +96,25 @@ def _masked_max(x: torch.Tensor, keep: torch.Tensor) -> float:
 LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
+def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm_tokens: int = 0) -> torch.Tensor:
     """Reduce a [B, T] per-token loss to a scalar over positions where ``mask`` is nonzero.
 
     - ``token-mean``: sum over all kept tokens / their count; long episodes weigh by length.
     - ``seq-mean-token-mean``: each episode's token mean, then the mean over episodes that have
       a kept token; every episode weighs the same, whatever its length.
-    - ``seq-mean-token-sum-norm``: sum over all kept tokens / (B * T), the padded batch size
-      (Dr. GRPO, arXiv 2503.20783; verl's default normalizer): no per-episode length division,
-      so short and long episodes get the same per-token weight.
+    - ``seq-mean-token-sum-norm``: sum over all kept tokens / (B * ``norm_tokens``), a constant
+      per row (Dr. GRPO, arXiv 2503.20783, divides by the generation budget): no per-episode length
+      division, so short and long episodes get the same per-token weight, and, unlike dividing by
+      the padded width T, the weight does not change with the longest episode of the batch.
 
     Masked positions never reach the result, even if they hold inf or NaN.
     """
-    numerator, denominator = aggregate_parts(per_token, mask, mode)
+    numerator, denominator = aggregate_parts(per_token, mask, mode, norm_tokens)
     return numerator / denominator.clamp(min=1)
 
 
-def aggregate_parts(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+def aggregate_parts(per_token: torch.Tensor, mask: torch.Tensor, mode: str,
+                    norm_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``aggregate_loss`` as (numerator, denominator); both are sums over rows.
 
     Data-parallel ranks that each hold some rows add up their denominators (no gradient) and
@@ -124,7 +133,11 @@ def aggregate_parts(per_token: torch.Tensor, mask: torch.Tensor, mode: str) -> t
         tokens = keep.sum(dim=1)
         return (kept.sum(dim=1) / tokens.clamp(min=1)).sum(), (tokens > 0).sum().to(kept.dtype)
     if mode == "seq-mean-token-sum-norm":
-        return kept.sum(), torch.tensor(float(per_token.numel()), dtype=kept.dtype, device=kept.device)
+        if norm_tokens <= 0:
+            raise ValueError("seq-mean-token-sum-norm divides by rows x norm_tokens (learner.algorithm."
+                             f"loss_norm_tokens); need norm_tokens > 0, got {norm_tokens}")
+        rows = float(per_token.shape[0] * norm_tokens)
+        return kept.sum(), torch.tensor(rows, dtype=kept.dtype, device=kept.device)
     raise ValueError(f"loss aggregation must be one of {', '.join(LOSS_AGGREGATIONS)}; got {mode!r}")
 
 
@@ -143,26 +156,32 @@ def ppo_clip_loss(
     clip_eps: float,
     is_cap: float,
     loss_agg: str = "token-mean",
+    clip_eps_high: float | None = None,
+    dual_clip_c: float | None = None,
+    norm_tokens: int = 0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Decoupled PPO-clip loss with a truncated importance weight, aggregated over ``mask``.
 
     All inputs are [B, T] and aligned (see the module docstring); ``logprobs`` carries the
     gradient, the other inputs are treated as constants. Per token:
     ``r = exp(logprobs - proximal)``, ``w = min(exp(proximal - behavior), is_cap)``,
-    ``loss = -w * min(r * A, clip(r, 1 - clip_eps, 1 + clip_eps) * A)``, reduced by
-    ``aggregate_loss(..., loss_agg)`` (default: token-level mean over the batch). Masked
+    ``loss = -w * min(r * A, clip(r, 1 - clip_eps, 1 + clip_eps_high) * A)`` (``clip_eps_high``
+    None: ``clip_eps``), and with ``dual_clip_c`` (None: off) where ``A < 0`` at most
+    ``-w * dual_clip_c * A``; reduced by ``aggregate_loss(..., loss_agg, norm_tokens)`` (default:
+    token-level mean over the batch). Masked
     positions are zeroed *before* any exponential, so garbage there (env tokens with behavior
     logprob 0, padding) changes neither the loss nor the gradient and cannot produce inf/NaN.
 
     Stats (floats, token means over the mask): ``pg_loss``; ``clip_frac`` (fraction of tokens
     where the clipped term is the smaller one, i.e. clipping zeroes the gradient);
+    ``dual_clip_frac`` (fraction of tokens whose loss the dual clip bounds, 0 when off);
     ``is_weight_mean``, ``is_weight_max`` (after the cap); ``approx_kl`` = KL(behavior || current)
     by the k3 estimator ``(q - 1) - log q`` with ``q = pi_theta / mu`` (unbiased under samples
     from mu, always >= 0).
     """
     per_token, stats = ppo_clip_token_losses(logprobs, proximal_logprobs, behavior_logprobs, advantages,
-                                             mask, clip_eps, is_cap)
-    loss = aggregate_loss(per_token, mask, loss_agg)
+                                             mask, clip_eps, is_cap, clip_eps_high, dual_clip_c)
+    loss = aggregate_loss(per_token, mask, loss_agg, norm_tokens)
     return loss, {"pg_loss": float(loss.detach()), **stats}
 
 
@@ -174,12 +193,18 @@ def ppo_clip_token_losses(
     mask: torch.Tensor,
     clip_eps: float,
     is_cap: float,
+    clip_eps_high: float | None = None,
+    dual_clip_c: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The per-token [B, T] loss of ``ppo_clip_loss`` (0 off the mask) and its stats but ``pg_loss``."""
     _check_same_shape(logprobs, proximal_logprobs=proximal_logprobs, behavior_logprobs=behavior_logprobs,
                       advantages=advantages, mask=mask)
-    if not clip_eps > 0 or not is_cap > 0:
-        raise ValueError(f"clip_eps and is_cap must be > 0, got {clip_eps} and {is_cap}")
+    clip_eps_high = clip_eps if clip_eps_high is None else clip_eps_high
+    if not 0 < clip_eps < 1 or not clip_eps_high > 0 or not is_cap > 0:
+        raise ValueError(f"need 0 < clip_eps < 1, clip_eps_high > 0 and is_cap > 0; got {clip_eps}, "
+                         f"{clip_eps_high} and {is_cap}")
+    if dual_clip_c is not None and not dual_clip_c > 1:
+        raise ValueError(f"dual_clip_c must be > 1 (or None: off), got {dual_clip_c}")
     keep = mask.bool()
     zero = torch.zeros_like(logprobs)
     proximal = proximal_logprobs.detach()
@@ -188,13 +213,20 @@ def ppo_clip_token_losses(
     ratio = torch.exp(torch.where(keep, logprobs - proximal, zero))
     is_weight = torch.exp(torch.where(keep, proximal - behavior, zero)).clamp(max=is_cap)
     unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
-    per_token = torch.where(keep, -is_weight * torch.minimum(unclipped, clipped), zero)
+    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps_high) * adv
+    objective = torch.minimum(unclipped, clipped)
+    dual_clipped = torch.zeros_like(keep)
+    if dual_clip_c is not None:
+        # For A < 0 the PPO objective r * A falls without bound as r grows; bound it at c * A.
+        dual_clipped = keep & (adv < 0) & (objective < dual_clip_c * adv)
+        objective = torch.where(dual_clipped, dual_clip_c * adv, objective)
+    per_token = torch.where(keep, -is_weight * objective, zero)
     with torch.no_grad():
         log_q = torch.where(keep, logprobs - behavior, zero)
         k3 = torch.expm1(log_q) - log_q
         stats = {
             "clip_frac": float(masked_mean((clipped < unclipped).float(), keep)),
+            "dual_clip_frac": float(masked_mean(dual_clipped.float(), keep)),
             "is_weight_mean": float(masked_mean(is_weight, keep)),
             "is_weight_max": _masked_max(is_weight, keep),
             "approx_kl": float(masked_mean(k3, keep)),
@@ -239,18 +271,37 @@ def sequence_keep_mask(
     return keep, stats
 
 
-KL_ESTIMATORS = ("k1", "k3")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+KL_LOSS_ESTIMATORS = ("k2", "k3")
+"""Estimators whose gradient as a loss term regularises toward the reference (k1's does not)."""
 _MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps k3 finite when the policy drifted far from the reference
 
 
 def kl_to_reference(
     logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor, estimator: str
 ) -> torch.Tensor:
-    """Per-token estimate of KL(pi_theta || pi_ref) from the sampled tokens -> [B, T], 0 off mask.
+    """Per-token KL estimate between pi = pi_theta and pi_ref at the sampled tokens -> [B, T], 0 off mask.
 
-    ``k1 = log pi - log pi_ref`` (unbiased, high variance, can be negative); ``k3 = q - 1 - log q``
-    with ``q = pi_ref / pi`` (Schulman's low-variance estimator, always >= 0, GRPO's KL term).
-    The gradient flows through ``logprobs``; the reference is a constant.
+    With ``r = log pi_ref - log pi`` at a token y sampled from pi (Schulman's k1/k2/k3). The
+    gradient flows through ``logprobs`` only (the samples and the reference are constants, as in
+    the learner); "follows" below is the expectation of that gradient over y ~ pi, i.e. on-policy
+    (with stale samples the expectation is under the behavior policy; the term is not
+    importance-weighted). Derivations: d/dlog pi of each estimator times grad log pi, and
+    ``E_pi[grad log pi] = 0``.
+
+    - ``k1 = -r``: value an unbiased estimate of KL(pi || ref), high variance, can be negative.
+      Gradient ``grad log pi(y)``, zero in expectation: *as a loss term it does not regularise*
+      (it only adds noise). Use it in the reward (``kl_in_reward``), where the policy gradient of
+      the penalised return carries the KL's gradient.
+    - ``k2 = r^2 / 2``: value biased (second order in r, close to KL for nearby policies), >= 0.
+      Gradient ``-r * grad log pi``, in expectation ``sum_y grad pi(y) (log pi(y) - log ref(y))``
+      = the gradient of the *reverse* KL(pi || ref), the KL the penalty means.
+    - ``k3 = exp(r) - 1 - r``: value an unbiased, low-variance estimate of KL(pi || ref), >= 0
+      (GRPO's KL term). Gradient ``(1 - ref/pi) grad log pi``, in expectation
+      ``-sum_y ref(y) grad log pi(y)`` = the gradient of the *forward* KL(ref || pi), not of the
+      KL its value estimates. Both vanish at pi = ref and pull toward it; away from it the forward
+      KL covers the reference's mass (it punishes pi ~ 0 where ref > 0) where the reverse KL
+      seeks its modes. r is clamped to +-20, which stops the gradient of a token that far off.
     """
     _check_same_shape(logprobs, reference_logprobs=reference_logprobs, mask=mask)
     keep = mask.bool()
@@ -258,6 +309,8 @@ def kl_to_reference(
     log_ratio = torch.where(keep, logprobs - reference_logprobs.detach(), zero)
     if estimator == "k1":
         return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio.square()
     if estimator == "k3":
         log_q = (-log_ratio).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
         return torch.where(keep, torch.expm1(log_q) - log_q, zero)
@@ -271,6 +324,7 @@ def value_loss(
     mask: torch.Tensor,
     clip_eps: float,
     loss_agg: str = "token-mean",
+    norm_tokens: int = 0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped critic loss ``0.5 * max((v - R)^2, (v_old + clip(v - v_old, +-eps) - R)^2)``.
 
@@ -281,7 +335,7 @@ def value_loss(
     clipped term is the larger one), ``value_mean``, ``value_error`` (mean |v - R|).
     """
     per_token, stats = value_token_losses(values, old_values, returns, mask, clip_eps)
-    loss = aggregate_loss(per_token, mask, loss_agg)
+    loss = aggregate_loss(per_token, mask, loss_agg, norm_tokens)
     return loss, {"value_loss": float(loss.detach()), **stats}
 
 

@@ -27,6 +27,7 @@ Run it through the launcher: ``python launch.py --config configs/smoke.yaml``.
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 import threading
@@ -43,7 +44,7 @@ from common.metrics import MetricsWriter
 from common.models import load_tokenizer, resolve_model
 from common.net import free_port
 from common.transport import bind_random, configure
-from common.weight_sync import BroadcastFailed, WeightBroadcaster
+from common.weight_sync import WeightBroadcaster
 from envhub.registry import task_ids
 from learner.batching import collate, split_stale
 from learner.checkpoint import latest_complete
@@ -59,6 +60,7 @@ from learner.sample_text import samples_markdown
 from learner.sampler import TaskSampler
 from learner.service_metrics import actor_scalars, envhub_scalars
 from learner.trained_log import TrainedLog
+from learner.weight_publisher import WeightPublisher
 
 log = logging.getLogger("learner")
 
@@ -75,9 +77,9 @@ class Learner:
                  master: tuple[str, int] | None = None, host: str = "127.0.0.1"):
         self.cfg, self.run_dir, self.envhub_url, self.host = cfg, Path(run_dir), envhub_url, host
         self.master = master
-        self.step, self.version, self._dropped_stale, self._broadcast_failures = 0, 0, 0, 0
+        self.step, self.version, self._dropped_stale = 0, 0, 0
         self._dropped_failed, self._failed_episodes = 0, []  # groups with no ok episode; metrics-only
-        self._actors_behind, self._last_resend_s, self._weight_resends = False, 0.0, 0
+        self._last_resend_s, self._weight_resends = 0.0, 0
         self._progress: dict = {"step": 0}
         self._success_curve: list[float] = []
         self._stop = threading.Event()
@@ -94,8 +96,7 @@ class Learner:
         self._tokenizer = None  # loaded for the first sample text
         self.policy = ShardedPolicy(cfg, self.model_path)
         self.horizon = build_horizon(cfg.learner.horizon, cfg.run.max_steps)
-        self.source = HeadServer(self._make_sampler(), self.host, self.run_dir / "trajectories") if self.live \
-            else ReplaySource(cfg.run.replay)
+        self.source = self._make_head() if self.live else ReplaySource(cfg.run.replay)
         actor_model_path = self._maybe_resume()
         self.source.set_policy(self.version, self.horizon.cap_at(self.step))
         self.metrics = MetricsWriter(self.run_dir / "tb", cfg.learner.tb_flush_s)
@@ -110,16 +111,26 @@ class Learner:
         control_address = bind_random(self.pub, self.host)
         self.broadcaster = WeightBroadcaster(self.host, int(cfg.learner.bucket_mb * 2**20),
                                              cfg.learner.broadcast_timeout_s, weights_device(cfg))
-        return {"lease": self.source.lease_address, "trajectories": self.source.trajectory_address,
-                "control": control_address, "weights": self.broadcaster.address, "model_path": actor_model_path,
-                "policy_version": str(self.version), "weights_device": weights_device(cfg)}
+        self.weights = WeightPublisher(self.pub, self.broadcaster, self.source.take_join_requests)
+        addresses = {"lease": self.source.lease_address, "trajectories": self.source.trajectory_address,
+                     "control": control_address, "weights": self.broadcaster.address, "model_path": actor_model_path,
+                     "policy_version": str(self.version), "weights_device": weights_device(cfg)}
+        # Where a live run listens, for tools that attach to it (and the tests that attack it).
+        (self.run_dir / "endpoints.json").write_text(json.dumps(addresses, indent=1))
+        return addresses
+
+    def _make_head(self) -> HeadServer:
+        return HeadServer(self._make_sampler(), self.host, self.run_dir / "trajectories",
+                          vocab_size=self.policy.vocab_size,
+                          max_message_bytes=int(self.cfg.learner.max_message_mb * 2**20))
 
     def _make_sampler(self) -> TaskSampler:
         r, lc = self.cfg.rollout, self.cfg.learner
         options = self.cfg.envhub.env_options
         env_tasks = {env_id: task_ids(env_id, r.split, **options.get(env_id, {})) for env_id in r.envs}
         return TaskSampler(env_tasks, r.group_size, lc.groups_per_step, self.max_policy_lag,
-                           lc.lease_timeout_s, r.max_episode_tokens, self.cfg.run.seed)
+                           lc.lease_timeout_s, r.max_episode_tokens, self.cfg.run.seed,
+                           max_group_reissues=lc.max_group_reissues)
 
     @property
     def max_policy_lag(self) -> int:
@@ -208,7 +219,7 @@ class Learner:
         reached nobody, an actor restarted on the initial weights and asked to join): send them
         again now. Waiting for the next step's broadcast could wait forever, since that step
         needs fresh groups from those very actors (a lone restarted actor stalled a run so)."""
-        if not (self._actors_behind or self.source.has_join_requests()):
+        if not (self.weights.actors_behind or self.source.has_join_requests()):
             return
         if time.monotonic() - self._last_resend_s < _RESEND_INTERVAL_S:
             return
@@ -237,6 +248,7 @@ class Learner:
         if not sync:  # async: new leases start at once, on the weights the actors have
             self.source.set_policy(self.version, turn_cap)
         if self.live:
+            self.source.expect_version(self.version)
             self._broadcast_weights()
         if sync:  # sync: the next batch is leased only once the new weights are out
             self.source.set_policy(self.version, turn_cap)
@@ -275,6 +287,7 @@ class Learner:
         deadline_s = time.monotonic() + self.cfg.learner.eval_end_timeout_s
         started = self.evaluation.in_flight_step == self.step
         while time.monotonic() < deadline_s and not self._stop.is_set():
+            self.source.check_alive()  # a dead head would otherwise be waited on for the whole timeout
             self._evaluate(start=False)
             if not self.evaluation.in_flight:
                 if started:
@@ -286,29 +299,9 @@ class Learner:
                     self.cfg.learner.eval_end_timeout_s)
 
     def _broadcast_weights(self) -> None:
-        """Send the new version to the weight group, re-forming it first when actors asked to
-        join (start, restart, a failed receive). A failure drops the group and is counted: every
-        wait is bounded by the broadcast deadline, so a dead actor never hangs the learner."""
+        """Send the new version to the weight group (``learner/weight_publisher.py``)."""
         tensors = self.policy.full_parameters()  # a collective: the followers gather too
-        joins = self.source.take_join_requests()
-        members = sorted(set(self.broadcaster.members) | joins)
-        if not members:
-            self._actors_behind = True  # nobody to send to; actors that join later get it resent
-            return
-        try:
-            if joins or not self.broadcaster.connected:
-                regroup = protocol.Control(command="regroup", generation=self.broadcaster.generation + 1,
-                                           members=members)
-                self.pub.send(protocol.encode(regroup))
-                self.broadcaster.regroup(members)
-            announce = self.broadcaster.plan(tensors, self.version)
-            self.pub.send(protocol.encode(announce))
-            self.broadcaster.send(announce, tensors)
-            self._actors_behind = False
-        except BroadcastFailed as exc:
-            self._actors_behind = True
-            self._broadcast_failures += 1
-            log.warning("weight broadcast failed, the group is dropped and re-forms: %s", exc)
+        self.weights.publish(tensors, self.version)
 
     def _loop_scalars(self, episodes, wait_s: float, train_s: float, broadcast_s: float, turn_cap: int) -> dict:
         step_s = wait_s + train_s + broadcast_s
@@ -325,10 +318,11 @@ class Learner:
                 "async/queue_groups": self.source.groups.qsize(),
                 "async/leases_outstanding": ledger.get("outstanding", 0),
                 "async/episodes_discarded_late": ledger.get("episodes_discarded_late", 0),
+                "async/groups_abandoned": ledger.get("abandoned", 0),
                 "async/rejected_messages": ledger.get("rejected_messages", 0),
                 "async/weight_group_size": len(self.broadcaster.members),
                 "async/weight_group_generation": self.broadcaster.generation,
-                "async/broadcast_failures": self._broadcast_failures,
+                "async/broadcast_failures": self.weights.failures,
                 "async/weight_resends": self._weight_resends,
                 **envhub_scalars(self.envhub_url), **actor_scalars(dict(self.source.actor_stats)),
             })

@@ -24,8 +24,14 @@ from learner.train_step import Trainer
 class ShardedPolicy:
     def __init__(self, cfg: Config, model_path: str):
         self.cfg, self.model_path = cfg, model_path
-        self.trainer = Trainer.build(model_path, cfg.model.dtype, cfg.learner, cfg.rollout.temperature)
+        self.trainer = Trainer.build(model_path, cfg.model.dtype, cfg.learner, cfg.rollout.temperature,
+                                     max_episode_tokens=cfg.rollout.max_episode_tokens)
         self.model, self.optimizer = self.trainer.policy, self.trainer.optimizer
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the input embedding: every token id an episode carries must be below it."""
+        return self.model.get_input_embeddings().num_embeddings
 
     def train(self, batch: Batch) -> dict[str, float]:
         """Optimizer step(s) on the whole batch, the same on every rank (collective); each rank

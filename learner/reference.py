@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from learner.losses import token_logprobs
+from learner.logprobs import sequence_logprobs
 from learner.model import load_sharded_model
 
 
@@ -23,8 +23,10 @@ def load_reference_model(path: str, dtype: str, mixed_precision: bool = False) -
 
 @torch.no_grad()
 def reference_logprobs(
-    model: torch.nn.Module, token_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float
+    model: torch.nn.Module, token_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float,
+    loss_mask: torch.Tensor, chunk_tokens: int,
 ) -> torch.Tensor:
-    """[B, T] float32 logprobs of ``token_ids`` under the reference, at the sampling temperature."""
-    logits = model(input_ids=token_ids, attention_mask=attention_mask).logits
-    return token_logprobs(logits, token_ids, temperature)
+    """[B, T] float32 logprobs of ``token_ids`` under the reference, at the sampling temperature,
+    computed as the policy's are (``learner/logprobs.py``; 0 off ``loss_mask`` when chunked)."""
+    return sequence_logprobs(model, token_ids, attention_mask, loss_mask, temperature, chunk_tokens,
+                             with_entropy=False)[0]

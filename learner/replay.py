@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from common.protocol import TaskLease, Trajectory
+from common.protocol import ProtocolError, TaskLease, Trajectory
 from common.recording import read_messages
 from learner.head import Group
 
@@ -25,13 +25,24 @@ def recorded_groups(path: Path) -> Iterator[Group]:
         raise FileNotFoundError(f"no recorded trajectory stream (*.msgpack) under {path}")
     open_groups: dict[str, list[Trajectory]] = {}
     for file in files:
-        for message in read_messages(file):
+        for message in _messages_of(file):
             if not isinstance(message, Trajectory) or message.purpose == "eval":
                 continue  # validation episodes are recorded but never trained on
             episodes = open_groups.setdefault(message.lease_id, [])
             episodes.append(message)
             if len(episodes) == message.group_size:
                 yield Group(lease=_lease_of(message), episodes=open_groups.pop(message.lease_id))
+
+
+def _messages_of(file: Path) -> Iterator:
+    """A recording is the user's own file: a record that does not decode (another schema version, a
+    corrupted byte) stops the replay, naming the file and the record."""
+    index = -1
+    try:
+        for index, message in enumerate(read_messages(file)):
+            yield message
+    except ProtocolError as exc:
+        raise ProtocolError(f"{file}, record {index + 1}: {exc}", exc.reason) from None
 
 
 def _lease_of(episode: Trajectory) -> TaskLease:

@@ -3,8 +3,10 @@
 Every task draw becomes a *group* (``group_size`` episodes of one task, one GRPO group) with a
 unique ``group_id``; the head hands it to an actor as a ``TaskLease`` with a deadline. A group's
 life: drawn -> leased -> (expired -> re-leased)* -> completed -> consumed (trained on) or released
-(dropped by the learner). The ledger counts every transition, so no group is lost and none is
-counted twice; ``check_ledger`` states the invariants.
+(dropped by the learner). A group whose lease expires after ``max_group_reissues`` re-issues (a
+task no actor finishes in time) is *abandoned* instead: dropped, counted, never leased again, its
+admission slot freed. The ledger counts every transition, so no group is lost and none is counted
+twice; ``check_ledger`` states the invariants.
 
 Staleness admission (AReaL, arXiv 2505.24298): with ``G = groups_per_step`` and lag bound
 ``S = max_policy_lag``, a new group is admitted only while
@@ -45,7 +47,7 @@ _EVAL_LEASE_ID = re.compile(r"e(\d+)-r(\d+)")
 _EVAL_COUNTERS = ("eval_scheduled", "eval_issued", "eval_reissued", "eval_completed", "eval_expired",
                   "eval_discarded")
 _COUNTERS = ("drawn", "issued", "reissued", "completed", "expired", "late", "duplicate",
-             "released", "consumed", "lost_on_restore")
+             "released", "consumed", "lost_on_restore", "abandoned")
 
 
 class LedgerError(RuntimeError):
@@ -194,9 +196,13 @@ class TaskSampler:
         max_episode_tokens: int,
         seed: int,
         clock: Callable[[], float] = time.time,
+        max_group_reissues: int = 3,
     ) -> None:
         _validate_args(env_tasks, group_size, groups_per_step, max_policy_lag, lease_timeout_s,
                        max_episode_tokens)
+        if max_group_reissues < 0:
+            raise ValueError(f"max_group_reissues must be >= 0, got {max_group_reissues}")
+        self.max_group_reissues = max_group_reissues
         self.group_size, self.groups_per_step = group_size, groups_per_step
         self.max_policy_lag, self.lease_timeout_s = max_policy_lag, lease_timeout_s
         self.max_episode_tokens, self.seed, self.clock = max_episode_tokens, seed, clock
@@ -208,7 +214,7 @@ class TaskSampler:
         self._groups: dict[str, _Group] = {}  # not yet completed
         self._leases: dict[str, TaskLease] = {}  # outstanding: issued, not expired, not completed
         self._reissue: deque[str] = deque()  # group ids whose lease expired, oldest first
-        self._final_attempt: dict[int, int] = {}  # draw -> completing attempt, only when > 0
+        self._final_attempt: dict[int, int] = {}  # draw -> completing attempt when > 0; abandoned: attempts + 1
         self._released_ids: set[str] = set()
         self._eval = _EvalLeases()
 
@@ -282,7 +288,8 @@ class TaskSampler:
         return self.expire([lease_id for _, lease_id in overdue])
 
     def expire(self, lease_ids: list[str]) -> int:
-        """Expire these outstanding leases now (their actor died): their groups are re-issued."""
+        """Expire these outstanding leases now (their actor died): their groups are re-issued, or
+        abandoned once re-issued ``max_group_reissues`` times."""
         expired = eval_expired = 0
         for lease_id in lease_ids:
             if self._eval.expire(lease_id):
@@ -291,8 +298,12 @@ class TaskSampler:
             lease = self._leases.pop(lease_id, None)
             if lease is None:
                 continue  # completed or expired already
-            self._groups[lease.group_id].lease_id = None
-            self._reissue.append(lease.group_id)
+            group = self._groups[lease.group_id]
+            group.lease_id = None
+            if group.attempt >= self.max_group_reissues:
+                self._abandon(group)
+            else:
+                self._reissue.append(lease.group_id)
             expired += 1
         self._counts["expired"] += expired
         return expired + eval_expired
@@ -364,9 +375,10 @@ class TaskSampler:
             "every lease is a draw or a re-issue": c["issued"] == c["drawn"] + c["reissued"],
             "every lease completed, expired or outstanding":
                 c["issued"] == c["completed"] + c["expired"] + c["outstanding"],
-            "every draw completed or still owed":
-                c["drawn"] == c["completed"] + c["outstanding"] + c["awaiting_reissue"],
-            "every expiry re-issued or queued": c["expired"] == c["reissued"] + c["awaiting_reissue"],
+            "every draw completed, abandoned or still owed":
+                c["drawn"] == c["completed"] + c["abandoned"] + c["outstanding"] + c["awaiting_reissue"],
+            "every expiry re-issued, queued or abandoned":
+                c["expired"] == c["reissued"] + c["awaiting_reissue"] + c["abandoned"],
             "completed groups consumed, released or buffered": c["buffered"] >= 0,
             "uncompleted groups match live leases and queue":
                 live == c["outstanding"] and len(self._groups) - live == c["awaiting_reissue"],
@@ -407,7 +419,7 @@ class TaskSampler:
         for env, cursor in self._cursors.items():
             cursor.seek(state["cursors"][env]["epoch"], state["cursors"][env]["position"])
         self.version, self.turn_cap = state["version"], state["turn_cap"]
-        self._counts = {name: int(state["counts"][name]) for name in _COUNTERS}
+        self._counts = {name: int(state["counts"].get(name, 0)) for name in _COUNTERS}  # older: no "abandoned"
         self._groups = {g["group_id"]: _Group(**g) for g in state["groups"]}
         self._leases = {lease["lease_id"]: TaskLease(**lease) for lease in state["leases"]}
         self._reissue = deque(state["reissue"])
@@ -421,6 +433,13 @@ class TaskSampler:
         self.check_ledger(within_bound=False)
 
     # ------------------------------------------------------------------ internals
+
+    def _abandon(self, group: _Group) -> None:
+        """Drop a group that expired after its last allowed re-issue; its admission slot is freed."""
+        del self._groups[group.group_id]
+        # Every attempt of it that comes back after all is late (``_classify_rejected``).
+        self._final_attempt[_parse_group_id(group.group_id)] = group.attempt + 1
+        self._counts["abandoned"] += 1
 
     def _draw(self) -> _Group:
         draw = self._counts["drawn"]

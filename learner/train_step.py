@@ -3,12 +3,13 @@
 1. Without gradients, once per batch: the learner's pre-update ("proximal") logprobs when more
    than one optimizer step follows or the KL sits in the reward; the reference logprobs when
    ``kl_coef > 0``; the critic's old values when the estimator is ``gae``.
-2. Advantages by ``learner.algorithm.advantage`` (``learner/advantages.py``).
+2. Advantages by ``learner.algorithm.advantage`` (``learner/advantages.py``); REINFORCE++ and GAE
+   place each turn's reward at the end of that turn when the episodes carry per-turn rewards.
 3. ``ppo_epochs`` passes, each over ``minibatches`` shares of the episodes; per share:
    a. policy: PPO-clip (decoupled: trust region at the proximal policy, truncated importance
-      weight proximal / behavior) on the episodes that pass the sequence mask, plus
-      ``kl_coef * KL`` to the reference (unless it is in the reward), minus
-      ``entropy_coef * entropy``; one AdamW step;
+      weight proximal / behavior; optional clip-higher and dual clip) on the episodes that pass
+      the sequence mask, plus ``kl_coef * KL`` to the reference (k2 or k3, unless it is in the
+      reward), minus ``entropy_coef * entropy``; one AdamW step;
    b. critic (``gae``): clipped value loss toward the GAE returns; one step of its own AdamW.
 
 With one pass and one share (the default) the proximal policy is the current one before the
@@ -25,7 +26,13 @@ Gradient accumulation (``learner.micro_batch_tokens``): within one optimizer ste
 its rows in micro-batches (``plan_micro_batches``), each cut to its longest row, forward and
 backward each, then one optimizer step. Every micro-batch divides by the denominator of the
 whole share, so the summed gradient is the one of a single pass. Ranks agree on the number of
-micro-batches and pad with fully masked ones, so all make the same FSDP collectives.
+micro-batches and pad with fully masked ones, so all make the same FSDP collectives. The no-grad
+passes of step 1 use the same micro-batches when a budget is set.
+
+Logprobs (and entropy) come from ``learner/logprobs.py``: at loss-mask positions only, the LM head
+applied ``learner.logprob_chunk_tokens`` tokens at a time, never the [B, T, V] logits. The entropy
+carries a gradient only when ``entropy_coef > 0``; otherwise it is computed without one, per chunk,
+for the ``learner/entropy`` metric.
 """
 
 from __future__ import annotations
@@ -39,25 +46,27 @@ from learner.advantages import (
     gae_advantages,
     gigpo_advantages,
     grpo_advantages,
-    kl_shaped_token_rewards,
+    kl_penalized,
+    outcome_token_rewards,
     reinforce_pp_advantages,
     rloo_advantages,
     sequence_to_token_advantages,
     turn_returns,
+    turn_rewards_summing_to,
+    turn_token_rewards,
     whiten,
 )
 from learner.batching import Batch
 from learner.config import LearnerConfig
 from learner.critic import Critic
 from learner.distributed import world
+from learner.logprobs import sequence_logprobs
 from learner.losses import (
     aggregate_parts,
-    entropy_from_logits,
     kl_to_reference,
     masked_mean,
     ppo_clip_token_losses,
     sequence_keep_mask,
-    token_logprobs,
     value_token_losses,
 )
 from learner.model import learner_device, load_sharded_model
@@ -90,8 +99,14 @@ class Trainer:
 
     def __init__(self, policy, optimizer, cfg: LearnerConfig, temperature: float,
                  critic: Critic | None = None, reference: torch.nn.Module | None = None,
-                 rank_and_world: tuple[int, int] | None = None):
+                 rank_and_world: tuple[int, int] | None = None, max_episode_tokens: int = 0):
         alg = cfg.algorithm
+        # seq-mean-token-sum-norm's constant tokens per row (0 for the other modes, which ignore it)
+        sum_norm = alg.loss_agg == "seq-mean-token-sum-norm"
+        self.norm_tokens = (alg.loss_norm_tokens or max_episode_tokens) if sum_norm else 0
+        if sum_norm and self.norm_tokens <= 0:
+            raise ValueError("loss_agg seq-mean-token-sum-norm needs learner.algorithm.loss_norm_tokens > 0 "
+                             "or the run's rollout.max_episode_tokens (Trainer.build's max_episode_tokens)")
         if (alg.advantage == "gae") != (critic is not None):
             raise ValueError("a critic is needed exactly when learner.algorithm.advantage is gae; "
                              "Trainer.build creates it")
@@ -106,8 +121,11 @@ class Trainer:
         self.last_advantages: torch.Tensor | None = None
 
     @classmethod
-    def build(cls, model_path: str, dtype: str, cfg: LearnerConfig, temperature: float) -> Trainer:
+    def build(cls, model_path: str, dtype: str, cfg: LearnerConfig, temperature: float,
+              max_episode_tokens: int = 0) -> Trainer:
         """Load and shard the policy (and critic / reference when the algorithm uses them).
+        ``max_episode_tokens``: the run's ``rollout.max_episode_tokens``, the default normaliser of
+        ``seq-mean-token-sum-norm``.
 
         A collective: needs the learner's process group (``learner.model.init_process_group``).
         """
@@ -118,7 +136,7 @@ class Trainer:
         critic = (Critic.build(model_path, dtype, alg.critic_lr, cfg.weight_decay, **memory)
                   if alg.advantage == "gae" else None)
         reference = load_reference_model(model_path, dtype, cfg.mixed_precision) if alg.kl_coef > 0 else None
-        return cls(policy, optimizer, cfg, temperature, critic, reference)
+        return cls(policy, optimizer, cfg, temperature, critic, reference, max_episode_tokens=max_episode_tokens)
 
     def step(self, batch: Batch) -> dict[str, float]:
         """All passes over the whole ``batch`` (a collective over the learner ranks).
@@ -157,29 +175,41 @@ class Trainer:
             # Also with the sequence mask: its keep mask (hence the loss denominator) must be
             # known before the first micro-batch's backward.
             if alg.ppo_epochs * alg.minibatches > 1 or alg.kl_in_reward or alg.seq_mask_low or alg.seq_mask_high:
-                proximal = self._gathered(batch, lambda ids, attention: token_logprobs(
-                    self.policy(input_ids=ids, attention_mask=attention).logits, ids, self.temperature))
+                proximal = self._gathered(batch, lambda ids, attention, mask: self._logprobs(
+                    self.policy, ids, attention, mask, with_entropy=False)[0])
             if self.reference is not None:
-                reference = self._gathered(batch, lambda ids, attention: reference_logprobs(
-                    self.reference, ids, attention, self.temperature))
+                reference = self._gathered(batch, lambda ids, attention, mask: reference_logprobs(
+                    self.reference, ids, attention, self.temperature, mask, self.cfg.logprob_chunk_tokens))
             if self.critic is not None:
-                old_values = self._gathered(batch, self.critic.values)
+                old_values = self._gathered(batch, lambda ids, attention, mask: self.critic.values(ids, attention))
             advantages, returns, scalars = self._advantages(batch, proximal, reference, old_values)
         scalars["advantage_abs_mean"] = float(masked_mean(advantages.abs(), batch.loss_mask))
         return _BatchConstants(advantages, proximal, reference, old_values, returns, scalars)
 
     def _gathered(self, batch: Batch, forward) -> torch.Tensor:
-        """``forward(ids, attention) -> [b, T]`` on this rank's rows, gathered for all [B, T] rows.
+        """``forward(ids, attention, loss_mask) -> [b, width]`` on this rank's rows, gathered for all
+        [B, T] rows.
 
-        Runs in minibatch-sized shares (bounded memory); every rank pads its rows to the same
-        count with row 0 (results dropped), so all ranks make the same FSDP collectives.
+        Runs in the micro-batches of ``micro_batch_tokens`` when set, else in minibatch-sized
+        shares (bounded memory); every rank pads its rows to the same count with row 0, and its
+        micro-batches to the same number (results dropped), so all make the same FSDP collectives.
         """
-        num_rows = batch.token_ids.shape[0]
+        num_rows, width = batch.token_ids.shape
         per_rank = -(-num_rows // self.world_size)
         mine = torch.arange(self.rank, num_rows, self.world_size)
         padded = torch.cat([mine, mine.new_zeros(per_rank - len(mine))])
-        shares = padded.tensor_split(min(self.cfg.algorithm.minibatches, per_rank))
-        local = torch.cat([forward(batch.token_ids[rows], batch.attention_mask[rows]) for rows in shares])
+        if self.cfg.micro_batch_tokens > 0:
+            local = torch.zeros((per_rank, width), device=batch.token_ids.device)
+            for micro in self._micro_batches(batch, padded):
+                rows = padded[micro.positions]
+                out = forward(batch.token_ids[rows, :micro.width], batch.attention_mask[rows, :micro.width],
+                              batch.loss_mask[rows, :micro.width])
+                if not micro.dummy:
+                    local[micro.positions, :micro.width] = out.to(local.dtype)
+        else:
+            shares = padded.tensor_split(min(self.cfg.algorithm.minibatches, per_rank))
+            local = torch.cat([forward(batch.token_ids[rows], batch.attention_mask[rows], batch.loss_mask[rows])
+                               for rows in shares])
         if self.world_size == 1:
             return local
         parts = [torch.empty_like(local) for _ in range(self.world_size)]
@@ -198,11 +228,11 @@ class Trainer:
             return sequence_to_token_advantages(per_episode, mask), None, {}
         if alg.advantage == "gigpo":
             return self._gigpo_advantages(batch)
-        scalars, kl = {}, None
+        scalars, kl = {"reward_on_turns": float(batch.turns is not None)}, None
         if alg.kl_in_reward:
             kl = kl_to_reference(proximal, reference, mask, alg.kl_estimator)
             scalars["kl"] = float(masked_mean(kl, mask))
-        token_rewards = kl_shaped_token_rewards(batch.rewards, mask, kl, alg.kl_coef)
+        token_rewards = kl_penalized(_placed_rewards(batch), mask, kl, alg.kl_coef)
         if alg.advantage == "reinforce_pp":
             return reinforce_pp_advantages(token_rewards, mask, alg.gamma), None, scalars
         advantages, returns = gae_advantages(token_rewards, old_values, mask, alg.gamma, alg.lam)
@@ -285,23 +315,33 @@ class Trainer:
         alg, width = self.cfg.algorithm, micro.width
         keep = keep[:, :width] * float(not micro.dummy)
         ids, behavior = batch.token_ids[rows, :width], batch.behavior_logprobs[rows, :width]
-        logits = self.policy(input_ids=ids, attention_mask=batch.attention_mask[rows, :width]).logits
-        logprobs = token_logprobs(logits, ids, self.temperature)
+        # Logprobs at every loss-mask token of the rows (also of a dummy, whose ``keep`` is 0).
+        logprobs, entropy = self._logprobs(self.policy, ids, batch.attention_mask[rows, :width],
+                                           batch.loss_mask[rows, :width], entropy_grad=alg.entropy_coef > 0)
         proximal = constants.proximal[rows, :width] if constants.proximal is not None else logprobs.detach()
         anchor = proximal if alg.decoupled else behavior  # classic PPO clips current / behavior
-        per_token, _ = ppo_clip_token_losses(logprobs, anchor, behavior, constants.advantages[rows, :width], keep,
-                                             alg.clip_eps, alg.is_cap)
+        per_token, _ = self._ppo_token_losses(logprobs, anchor, behavior, constants.advantages[rows, :width], keep)
         loss = self._reduce(per_token, keep, denominator)
         pg_loss = float(loss.detach())
         if self.reference is not None and not alg.kl_in_reward:
             kl = kl_to_reference(logprobs, constants.reference[rows, :width], keep, alg.kl_estimator)
             loss = loss + alg.kl_coef * self._reduce(kl, keep, denominator)
-        entropy = entropy_from_logits(logits if alg.entropy_coef > 0 else logits.detach(), self.temperature)
         if alg.entropy_coef > 0:
             loss = loss - alg.entropy_coef * self._reduce(entropy, keep, denominator)
         loss.backward()
         return {"loss": float(loss.detach()), "pg_loss": pg_loss, "logprobs": logprobs.detach(),
                 "entropy": entropy.detach()}
+
+    def _logprobs(self, model, ids: torch.Tensor, attention: torch.Tensor, loss_mask: torch.Tensor,
+                  entropy_grad: bool = False, with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        return sequence_logprobs(model, ids, attention, loss_mask, self.temperature, self.cfg.logprob_chunk_tokens,
+                                 entropy_grad=entropy_grad, with_entropy=with_entropy)
+
+    def _ppo_token_losses(self, logprobs, anchor, behavior, advantages, keep) -> tuple[torch.Tensor, dict]:
+        alg = self.cfg.algorithm
+        eps_low, eps_high = alg.clip_range
+        return ppo_clip_token_losses(logprobs, anchor, behavior, advantages, keep, eps_low, alg.is_cap,
+                                     clip_eps_high=eps_high, dual_clip_c=alg.dual_clip_c or None)
 
     def _policy_stats(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, mask: torch.Tensor,
                       keep: torch.Tensor, logprobs: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
@@ -311,8 +351,7 @@ class Trainer:
         proximal = constants.proximal[rows] if constants.proximal is not None else logprobs
         _, stats = sequence_keep_mask(proximal, behavior, mask, alg.seq_mask_low, alg.seq_mask_high)
         anchor = proximal if alg.decoupled else behavior
-        _, pg_stats = ppo_clip_token_losses(logprobs, anchor, behavior, constants.advantages[rows], keep,
-                                            alg.clip_eps, alg.is_cap)
+        _, pg_stats = self._ppo_token_losses(logprobs, anchor, behavior, constants.advantages[rows], keep)
         stats.update(pg_stats)
         if self.reference is not None and not alg.kl_in_reward:
             kl = kl_to_reference(logprobs, constants.reference[rows], keep, alg.kl_estimator)
@@ -350,15 +389,27 @@ class Trainer:
         Dividing by it gives each rank its share of the batch loss times the world size, which
         FSDP2's gradient average turns back into the batch loss.
         """
-        _, denominator = aggregate_parts(torch.zeros_like(keep), keep, self.cfg.algorithm.loss_agg)
+        _, denominator = aggregate_parts(torch.zeros_like(keep), keep, self.cfg.algorithm.loss_agg, self.norm_tokens)
         denominator = denominator * float(real)  # a stand-in row is not part of the batch
         if self.world_size > 1:
             dist.all_reduce(denominator)
         return denominator.clamp(min=1) / self.world_size
 
     def _reduce(self, per_token: torch.Tensor, keep: torch.Tensor, denominator: torch.Tensor) -> torch.Tensor:
-        numerator, _ = aggregate_parts(per_token, keep, self.cfg.algorithm.loss_agg)
+        numerator, _ = aggregate_parts(per_token, keep, self.cfg.algorithm.loss_agg, self.norm_tokens)
         return numerator / denominator
+
+
+def _placed_rewards(batch: Batch) -> torch.Tensor:
+    """[B, T] rewards for REINFORCE++ and GAE: each turn's at the end of that turn, the turns of an
+    episode summing to its (clipped, shaped) reward; without per-turn rewards (an older recording)
+    the episode reward on the last assistant token."""
+    if batch.turns is None:
+        return outcome_token_rewards(batch.rewards, batch.loss_mask)
+    turns, device = batch.turns, batch.rewards.device  # turns stay on the CPU (Batch.to)
+    rows = turns.row.to(device)
+    rewards = turn_rewards_summing_to(turns.rewards.to(batch.rewards), rows, batch.rewards)
+    return turn_token_rewards(rewards, rows, turns.spans, batch.loss_mask)
 
 
 @dataclass

@@ -17,6 +17,8 @@ from learner.advantages import (
     rloo_advantages,
     sequence_to_token_advantages,
     turn_returns,
+    turn_rewards_summing_to,
+    turn_token_rewards,
     whiten,
 )
 
@@ -212,3 +214,68 @@ def test_gigpo_adds_the_weighted_step_advantage_to_the_episode_advantage_on_turn
     assert torch.allclose(advantages, torch.tensor([[0.0, 1.5, 1.5, 0.0, 0.0]]))
     with pytest.raises(ValueError, match="turn_spans"):
         gigpo_advantages(episode, step, torch.tensor([0, 0]), torch.tensor([1, 3]), loss_mask, 0.5)
+
+
+# One episode of three turns (prompt, turn, observation, turn, observation, turn, final observation)
+# and an episode of one turn; spans are [start, end) of each turn's tokens in its row.
+THREE_TURN_MASK = torch.tensor([
+    [0, 1, 1, 0, 1, 1, 0, 1, 1, 0],
+    [0, 0, 1, 1, 0, 0, 0, 0, 0, 0],
+])
+THREE_TURN_ROWS = torch.tensor([0, 0, 0, 1])
+THREE_TURN_SPANS = torch.tensor([[1, 3], [4, 6], [7, 9], [2, 4]])
+
+
+def _turn_token_returns(turn_rewards, gamma):
+    token_rewards = turn_token_rewards(turn_rewards, THREE_TURN_ROWS, THREE_TURN_SPANS, THREE_TURN_MASK)
+    return assistant_returns(token_rewards, THREE_TURN_MASK, gamma)
+
+
+def test_each_turns_reward_lands_on_the_last_token_of_that_turn():
+    token_rewards = turn_token_rewards(torch.tensor([0.2, 0.0, 0.5, 1.0]), THREE_TURN_ROWS, THREE_TURN_SPANS,
+                                       THREE_TURN_MASK)
+    placed = {tuple(at) for at in torch.nonzero(token_rewards).tolist()}
+    assert placed == {(0, 2), (0, 8), (1, 3)}  # ends of turns 1 and 3 of row 0, end of row 1's turn
+    assert token_rewards.sum(dim=1).tolist() == pytest.approx([0.7, 1.0])
+
+
+def test_a_reward_earned_at_turn_one_is_credited_to_turn_one_not_to_later_turns():
+    gamma = 0.9
+    returns = _turn_token_returns(torch.tensor([1.0, 0.0, 0.0, 0.0]), gamma)
+    turn = [returns[0, start:end] for start, end in THREE_TURN_SPANS[:3].tolist()]
+    assert turn[0].min() > turn[2].max()  # turn 1 earned it: it gets more of it than turn 3
+    assert turn[1].abs().max() == 0 and turn[2].abs().max() == 0  # later turns never see an earlier reward
+    # what the episode-sum-on-the-last-token placement did instead: turn 3 got the most
+    outcome = assistant_returns(outcome_token_rewards(torch.tensor([1.0, 0.0]), THREE_TURN_MASK),
+                                THREE_TURN_MASK, gamma)
+    assert outcome[0, 7:9].min() > outcome[0, 1:3].max()
+
+
+def test_a_turns_return_never_includes_the_rewards_of_earlier_turns():
+    gamma = 0.8
+    full = _turn_token_returns(torch.tensor([0.3, 0.5, 0.7, 0.0]), gamma)
+    late = _turn_token_returns(torch.tensor([0.0, 0.5, 0.7, 0.0]), gamma)  # turn 1's reward taken away
+    assert torch.equal(full[0, 4:], late[0, 4:])  # turns 2 and 3 are unaffected
+    assert (full[0, 1:3] > late[0, 1:3]).all()  # turn 1 lost exactly its own reward
+
+
+def test_turn_rewards_sum_to_the_clipped_episode_reward_keeping_where_it_was_earned():
+    rows = torch.tensor([0, 0, 1, 1, 2, 2, 3])
+    env = torch.tensor([0.5, 1.0, 0.2, 0.3, 0.6, -0.6, 0.4])
+    episode = torch.tensor([1.0, 0.5, 0.25, 0.0])  # row 0 clipped from 1.5; row 2 shaped from 0
+    scaled = turn_rewards_summing_to(env, rows, episode)
+    sums = torch.zeros(4).index_add_(0, rows, scaled)
+    assert torch.allclose(sums, episode)
+    assert torch.allclose(scaled[:2], env[:2] / 1.5)  # the clip scales every turn alike
+    assert torch.allclose(scaled[2:4], env[2:4])  # nothing clipped: unchanged
+    assert torch.allclose(scaled[4:6], torch.tensor([0.6, -0.6 + 0.25]))  # no scale fits a sum of 0: last turn
+    assert torch.allclose(scaled[6:], torch.tensor([0.0]))
+
+
+def test_a_turn_without_sampled_tokens_credits_a_nearby_token_so_no_reward_is_lost():
+    mask = torch.tensor([[0, 0, 1, 1, 0, 0, 0]])
+    spans = torch.tensor([[1, 1], [2, 4], [5, 5]])  # turns 1 and 3 sampled nothing
+    token_rewards = turn_token_rewards(torch.tensor([0.1, 0.2, 0.4]), torch.tensor([0, 0, 0]), spans, mask)
+    # turn 1 has no earlier token: the row's first one; turn 3: the last token before it
+    assert token_rewards[0, 2].item() == pytest.approx(0.1) and token_rewards[0, 3].item() == pytest.approx(0.6)
+    assert token_rewards.sum().item() == pytest.approx(0.7)

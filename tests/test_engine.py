@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 import torch
@@ -196,9 +197,46 @@ def test_bad_staged_weights_are_rejected():
         engine.stage_weights({**state, some_name: torch.zeros(3)}, version=1)
     with pytest.raises(ValueError, match="miss"):
         engine.stage_weights({k: v for k, v in state.items() if k != some_name}, version=1)
-    engine.stage_weights(state, version=2)
-    with pytest.raises(ValueError, match="not newer"):
-        engine.stage_weights(state, version=2)
+
+
+def test_a_resent_version_is_ignored_and_counted_whether_staged_or_applied():
+    model = tiny_model(seed=0)
+    engine = CpuEngine(model)
+    v2 = {name: p.detach().clone() for name, p in tiny_model(seed=1).named_parameters()}
+    stale = {name: p.detach().clone() for name, p in tiny_model(seed=2).named_parameters()}
+    assert engine.stage_weights(v2, version=2)
+    assert not engine.stage_weights(stale, version=2)  # staged, not applied yet: a resend
+    assert not engine.stage_weights(stale, version=1)  # older than what is staged
+    generation = asyncio.run(submit_then_start(engine, [([1, 2, 3], SamplingParams(max_new_tokens=3))]))[0]
+    assert generation.versions == [2, 2, 2] and engine.version == 2
+    assert not engine.stage_weights(stale, version=2)  # serving it already
+    assert engine.ignored_stagings == 3 and engine.failure is None
+    for name, param in model.named_parameters():
+        assert torch.equal(param, v2[name]), name
+
+
+def test_a_crashed_worker_says_the_engine_is_dead_and_fails_every_request():
+    engine = CpuEngine(tiny_model())
+    # Weights that pass every check but cannot be copied in: applying them crashes the worker thread.
+    unreadable = {name: torch.empty(p.shape, device="meta") for name, p in tiny_model().named_parameters()}
+
+    async def main():
+        engine.start()
+        try:
+            await engine.generate([1, 2], SamplingParams(max_new_tokens=2))
+            assert engine.failure is None
+            engine.stage_weights(unreadable, version=1)
+            deadline = time.monotonic() + BLOCK_TIMEOUT_S
+            while engine.failure is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            with pytest.raises(EngineError):
+                await engine.generate([1, 2], SamplingParams(max_new_tokens=2))
+        finally:
+            engine.stop()
+
+    asyncio.run(main())
+    assert "worker thread crashed" in engine.failure and "meta" in engine.failure
+    assert engine.version == 0
 
 
 def test_stop_fails_running_and_waiting_requests():

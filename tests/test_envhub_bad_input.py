@@ -114,12 +114,20 @@ def test_an_env_exception_closes_only_its_session_and_the_server_keeps_serving(h
 def test_env_without_its_required_options_is_reported_not_crashed(hub_url: str) -> None:
     async def body() -> None:
         async with EnvClient(hub_url) as client:
-            error = await _status_of(client.create("agentgym-v0", "0", seed=0))
-            assert error.status_code == 500 and "envhub.env_options" in error.message and "url" in error.message
+            before = (await _errors(client)).get("env_config", 0)
+            for task_id in ("0", ""):  # "" is the schema fuzzer's case: it once skipped the options check (500)
+                error = await _status_of(client.create("agentgym-v0", task_id, seed=0))
+                assert error.status_code == 400, (task_id, error)
+                assert "needs option 'url'" in error.message and "envhub.env_options" in error.message
+            conversation = await _status_of(client.conversation_start("agentgym-v0"))
+            assert conversation.status_code == 400 and "needs option 'url'" in conversation.message
             listed = {env["id"]: env for env in await client.list_envs()}
             assert listed["agentgym-v0"]["splits"] is None and "url" in listed["agentgym-v0"]["error"]
             assert listed["keydoor-v0"]["splits"] == {"train": 10000, "test": 1000}
-            assert (await _errors(client))["env_config"] >= 1
+            assert (await _errors(client))["env_config"] == before + 3
+            served = await client.create("keydoor-v0", "4", seed=0)  # the server keeps serving
+            assert "hall" in served.observation
+            await client.close(served.session_id)
 
     asyncio.run(body())
 

@@ -22,9 +22,10 @@ from tests.test_protocol import make_trajectory
 def episode(parsed: list[int], reward: float = 0.0, env_id: str = "keydoor-v0", index: int = 0) -> Trajectory:
     turns = len(parsed)
     n = 2 * turns + 1
+    spans = np.array([[2 * t + 1, 2 * t + 2] for t in range(turns)], np.int32).reshape(-1, 2)
     return dataclasses.replace(
         make_trajectory(n), env_id=env_id, episode_index=index, num_turns=turns, reward=reward, success=reward == 1.0,
-        turn_spans=np.array([[2 * t + 1, 2 * t + 2] for t in range(turns)], np.int32),
+        turn_spans=spans, loss_mask=(np.arange(n) % 2 == 1).astype(np.uint8),
         turn_rewards=np.array([0.0] * (turns - 1) + [reward], np.float32),
         turn_observations=np.arange(turns, dtype=np.uint64), turn_action_parsed=np.array(parsed, np.uint8))
 

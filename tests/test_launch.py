@@ -52,3 +52,26 @@ def test_ctrl_c_saves_and_shuts_everything_down(tmp_path):
     assert "stopped at step" in out
     checkpoints = list((tmp_path / "int" / "checkpoints").glob("step_*/COMPLETE"))
     assert checkpoints, "the learner saves a checkpoint on Ctrl-C"
+
+
+def test_ctrl_c_stops_a_stalled_run_within_the_graceful_timeout(tmp_path):
+    """Leases that expire before any episode can finish: no group ever trains, the run stalls
+    (its log says why: every group dropped untrained), and Ctrl-C still stops it cleanly."""
+    proc = launch("--config", "configs/smoke.yaml", "--output-dir", str(tmp_path), "--run-name", "stall",
+                  "--max-steps", "1000", "--learner.lease_timeout_s", "1.0", "--learner.eval_at_start", "false",
+                  "--learner.eval_every", "0", "--learner.eval_at_end", "false", start_new_session=True)
+    lines = []
+    while not any("waiting for the first batch" in ln for ln in lines):
+        line = proc.stdout.readline()
+        assert line, "".join(lines)
+        lines.append(line)
+    learner_log = tmp_path / "stall" / "logs" / "learner-0.log"
+    deadline = time.monotonic() + 120
+    while "no ok episode" not in learner_log.read_text():  # stalled, and saying why
+        assert time.monotonic() < deadline and proc.poll() is None, learner_log.read_text()
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    interrupted = time.monotonic()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, "".join(lines) + out
+    assert "stopped at step 0" in out and time.monotonic() - interrupted < 60, out

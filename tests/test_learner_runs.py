@@ -36,7 +36,7 @@ def recorded(smoke_run, tmp_path_factory) -> Path:
     """The smoke run's stream with half of every group rewarded: a random tiny model never wins,
     and all-equal rewards give zero advantages, so nothing would move."""
     def half_won(episode):
-        won = episode.episode_index % 2 == 0
+        won = episode.episode_index % 2 == 0 and episode.status == "ok"
         turn_rewards = np.zeros(len(episode.turn_rewards), np.float32)
         turn_rewards[-1:] = float(won)  # the last turn won, as the env would have paid it
         return dataclasses.replace(episode, reward=float(won), success=won, turn_rewards=turn_rewards)
@@ -93,7 +93,8 @@ def test_groups_with_no_ok_episode_are_dropped_untrained_and_every_step_trains(r
     def fail_first_groups(episode):
         if episode.lease_id not in failed_leases:
             return episode
-        return dataclasses.replace(episode, status="env_error", finish_reason="env_error", error="server died")
+        return dataclasses.replace(episode, status="env_error", finish_reason="env_error", error="server died",
+                                   success=False, terminated=False, truncated=False)
 
     stream = rewrite_stream(recorded, tmp_path / "failed-first", fail_first_groups)
     run_dir = replay(stream, tmp_path, "failed", "--max-steps", "3")

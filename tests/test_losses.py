@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from learner.losses import (
     aggregate_loss,
@@ -12,6 +13,7 @@ from learner.losses import (
     kl_to_reference,
     masked_mean,
     ppo_clip_loss,
+    ppo_clip_token_losses,
     sequence_keep_mask,
     token_logprobs,
     value_loss,
@@ -141,6 +143,36 @@ def test_importance_correction_recovers_the_on_policy_gradient():
     assert (uncorrected - exact).norm() > 0.3  # the bias of ignoring mu is ~0.4
 
 
+def _one_token_losses(ratio, advantage, **clips):
+    """Per-token losses of tokens with these ratios to the proximal policy (weight 1)."""
+    proximal = torch.full((1, len(ratio)), -1.0)
+    logprobs = proximal + torch.tensor([ratio]).log()
+    per_token, stats = ppo_clip_token_losses(logprobs, proximal, proximal, torch.tensor([advantage]),
+                                             torch.ones_like(proximal), is_cap=2.0, **clips)
+    return per_token[0], stats
+
+
+def test_dual_clip_caps_a_negative_advantage_at_c_times_a_and_changes_nothing_else():
+    ratio, advantage = [10.0, 10.0, 2.0, 0.5], [-1.5, 1.0, -1.0, -1.0]
+    plain, plain_stats = _one_token_losses(ratio, advantage, clip_eps=0.2)
+    dual, dual_stats = _one_token_losses(ratio, advantage, clip_eps=0.2, dual_clip_c=3.0)
+    # token 0: r = 10 > c with A < 0: PPO's loss -r * A grows without bound; the dual clip stops it at -c * A
+    assert plain[0] == pytest.approx(-10.0 * -1.5) and dual[0] == pytest.approx(-3.0 * -1.5)
+    assert torch.equal(dual[1:], plain[1:])  # A > 0, or r below c: untouched
+    assert dual_stats["dual_clip_frac"] == pytest.approx(1 / 4) and plain_stats["dual_clip_frac"] == 0.0
+
+
+def test_clip_higher_raises_only_the_upper_bound_for_positive_advantages():
+    ratio, advantage = [1.25, 1.4, 0.7, 1.25], [1.0, 1.0, -1.0, -1.0]
+    symmetric, _ = _one_token_losses(ratio, advantage, clip_eps=0.2)
+    higher, _ = _one_token_losses(ratio, advantage, clip_eps=0.2, clip_eps_high=0.28)
+    assert symmetric[0] == pytest.approx(-1.2) and higher[0] == pytest.approx(-1.25)  # inside 1 + eps_high now
+    assert symmetric[1] == pytest.approx(-1.2) and higher[1] == pytest.approx(-1.28)  # clipped at 1 + eps_high
+    assert torch.equal(higher[2:], symmetric[2:])  # the lower bound 1 - eps_low and A < 0 are unchanged
+    lower, _ = _one_token_losses(ratio, advantage, clip_eps=0.1, clip_eps_high=0.2)
+    assert lower[2] == pytest.approx(0.9) and lower[1] == pytest.approx(-1.2)
+
+
 def test_loss_arguments_are_validated():
     x = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="advantages"):
@@ -158,10 +190,32 @@ def test_aggregation_modes_hand_computed():
     assert aggregate_loss(per_token, mask, "token-mean").item() == pytest.approx(16 / 4)
     # episode means 2 and 10; the episode without tokens does not count
     assert aggregate_loss(per_token, mask, "seq-mean-token-mean").item() == pytest.approx(6.0)
-    # token sum over B * T = 3 * 4 padded positions
-    assert aggregate_loss(per_token, mask, "seq-mean-token-sum-norm").item() == pytest.approx(16 / 12)
+    # token sum over B rows times the constant normaliser (Dr. GRPO), here 3 * 8
+    assert aggregate_loss(per_token, mask, "seq-mean-token-sum-norm", norm_tokens=8).item() == pytest.approx(16 / 24)
+    with pytest.raises(ValueError, match="norm_tokens"):
+        aggregate_loss(per_token, mask, "seq-mean-token-sum-norm")
     with pytest.raises(ValueError, match="token-mean"):
         aggregate_loss(per_token, mask, "sum")
+
+
+def test_sum_norm_aggregation_does_not_depend_on_how_wide_the_batch_is_padded():
+    # The same rows, padded to the width of a short batch and to that of a batch with a long row:
+    # the loss and each token's gradient must not change (a padded width in the normaliser would
+    # scale the learning rate by the longest episode of the batch).
+    gen = torch.Generator().manual_seed(0)
+    values, mask = torch.randn(2, 5, generator=gen), torch.tensor([[0, 1, 1, 0, 1], [1, 1, 0, 0, 0]])
+
+    def loss_and_grad(width):
+        logprobs = F.pad(values, (0, width - 5)).requires_grad_(True)
+        wide_mask = F.pad(mask, (0, width - 5))
+        loss, _ = ppo_clip_loss(logprobs, logprobs.detach(), logprobs.detach(), torch.ones_like(logprobs),
+                                wide_mask, clip_eps=0.2, is_cap=2.0, loss_agg="seq-mean-token-sum-norm",
+                                norm_tokens=64)
+        loss.backward()
+        return loss.detach(), logprobs.grad[:, :5]
+
+    (narrow_loss, narrow_grad), (wide_loss, wide_grad) = loss_and_grad(5), loss_and_grad(40)
+    assert wide_loss == pytest.approx(narrow_loss.item()) and torch.allclose(wide_grad, narrow_grad)
 
 
 def test_seq_mean_aggregation_weighs_episodes_not_tokens_in_the_gradient():
@@ -227,8 +281,56 @@ def test_kl_estimators_hand_computed_with_gradient():
     assert torch.allclose(k3, torch.tensor([[0.5 - 1 - math.log(0.5), 0.0]]))  # q = ref / pi = 0.5
     k3.sum().backward()
     assert torch.allclose(logprobs.grad, torch.tensor([[1 - 0.5, 0.0]]))  # d/dlogp = 1 - q
-    with pytest.raises(ValueError, match="k1, k3"):
-        kl_to_reference(logprobs, reference, mask, "k2")
+    k2 = kl_to_reference(logprobs, reference, mask, "k2")
+    assert torch.allclose(k2, torch.tensor([[0.5 * math.log(2.0) ** 2, 0.0]]))  # half the squared log ratio
+    with pytest.raises(ValueError, match="k1, k2, k3"):
+        kl_to_reference(logprobs, reference, mask, "k4")
+
+
+def _categorical_kl_problem():
+    """A 4-way categorical policy softmax(theta) and a fixed reference distribution."""
+    theta = torch.tensor([1.0, 0.0, -1.0, 0.5])
+    reference = torch.tensor([-0.5, 0.8, 0.2, 0.0]).log_softmax(-1)
+
+    def reverse_kl(t):  # KL(pi || ref)
+        logp = t.log_softmax(-1)
+        return (logp.exp() * (logp - reference)).sum()
+
+    def forward_kl(t):  # KL(ref || pi)
+        return (reference.exp() * (reference - t.log_softmax(-1))).sum()
+
+    return theta, reference, reverse_kl, forward_kl
+
+
+def _expected_kl_term_gradient(theta, reference, estimator):
+    """Gradient of the KL loss term in expectation over on-policy samples y ~ pi (every category,
+    weighted by its probability, as a large on-policy batch averages it; the samples carry no
+    gradient, only their logprobs do, as in the learner)."""
+    theta = theta.clone().requires_grad_(True)
+    logprobs = theta.log_softmax(-1)[None]
+    kl = kl_to_reference(logprobs, reference[None], torch.ones_like(logprobs), estimator)
+    (logprobs.exp().detach() * kl).sum().backward()
+    return theta.grad
+
+
+@pytest.mark.parametrize("estimator", ["k2", "k3"])
+def test_k2_and_k3_loss_terms_pull_the_policy_toward_the_reference(estimator):
+    theta, reference, reverse_kl, forward_kl = _categorical_kl_problem()
+    grad = _expected_kl_term_gradient(theta, reference, estimator)
+    stepped = theta - 0.5 * grad  # one SGD step on the KL term alone
+    assert reverse_kl(stepped) < reverse_kl(theta) and forward_kl(stepped) < forward_kl(theta)
+    # which divergence each one's gradient follows (the docstring of kl_to_reference)
+    followed = reverse_kl if estimator == "k2" else forward_kl
+    exact = torch.autograd.functional.jacobian(followed, theta)
+    assert torch.allclose(grad, exact, atol=1e-6)
+    other = forward_kl if estimator == "k2" else reverse_kl
+    assert not torch.allclose(grad, torch.autograd.functional.jacobian(other, theta), atol=1e-3)
+
+
+def test_k1_as_a_loss_term_has_no_expected_gradient():
+    theta, reference, reverse_kl, _ = _categorical_kl_problem()
+    assert reverse_kl(theta) > 0.1  # far from the reference, yet:
+    assert torch.allclose(_expected_kl_term_gradient(theta, reference, "k1"), torch.zeros(4), atol=1e-7)
 
 
 def test_k3_is_unbiased_nonnegative_and_lower_variance_than_k1():

@@ -14,9 +14,9 @@ from common.protocol import (ActorStats, Control, GroupJoin, LeaseRequest, Proto
 def make_trajectory(n=7) -> Trajectory:
     return Trajectory(
         lease_id="g1-r0", group_id="g1", env_id="keydoor-v0", task_id="3", actor_id=1, episode_index=2, group_size=4,
-        token_ids=np.arange(n, dtype=np.int32), loss_mask=(np.arange(n) % 2).astype(np.uint8),
+        token_ids=np.arange(n, dtype=np.int32), loss_mask=((np.arange(n) % 4) >= 2).astype(np.uint8),
         behavior_logprobs=np.linspace(-3, 0, n, dtype=np.float32), token_versions=np.full(n, 4, np.int32),
-        turn_spans=np.array([[1, 3], [5, 7]], np.int32), reward=1.0, success=True, terminated=True,
+        turn_spans=np.array([[2, 4], [6, n]], np.int32), reward=1.0, success=True, terminated=True, truncated=False,
         finish_reason="terminated", status="ok", num_turns=2, turn_cap=4,
         timings={"episode_s": 0.5}, env_info={"room": "attic", "nested": [1, {"a": None}]},
     )

@@ -22,7 +22,8 @@ def episode(tokenizer, env_id: str, reward: float, turns: list[tuple[str, str]],
                       group_size=1, token_ids=np.array(ids, "<i4"), loss_mask=np.array(mask, "u1"),
                       behavior_logprobs=np.zeros(n, "<f4"), token_versions=np.full(n, 3, "<i4"),
                       turn_spans=np.array(spans, "<i4"), reward=reward, success=reward == 1.0,
-                      num_turns=len(turns), turn_cap=4, finish_reason="terminated")
+                      num_turns=len(turns), turn_cap=4, finish_reason="terminated", terminated=True,
+                      truncated=False, status="ok")
 
 
 def test_best_and_worst_are_picked_per_env():

@@ -2,10 +2,17 @@
 
 import json
 import random
+import time
 from collections import Counter
 
 import pytest
+import zmq
 
+from common import protocol
+from common.config import load_config
+from common.protocol import LeaseRequest, TaskLease
+from common.transport import configure, connect
+from learner.head import HeadServer
 from learner.sampler import LedgerError, TaskSampler
 
 ENV_TASKS = {"keydoor-v0": [f"k{i}" for i in range(5)], "maze-v0": [f"m{i}" for i in range(3)]}
@@ -19,10 +26,11 @@ class FakeClock:
         return self.now
 
 
-def make_sampler(clock=None, groups_per_step=2, max_policy_lag=1, seed=7, env_tasks=ENV_TASKS) -> TaskSampler:
+def make_sampler(clock=None, groups_per_step=2, max_policy_lag=1, seed=7, env_tasks=ENV_TASKS,
+                 max_group_reissues=3) -> TaskSampler:
     sampler = TaskSampler(env_tasks, group_size=4, groups_per_step=groups_per_step,
                           max_policy_lag=max_policy_lag, lease_timeout_s=10.0, max_episode_tokens=512,
-                          seed=seed, clock=clock or FakeClock())
+                          seed=seed, clock=clock or FakeClock(), max_group_reissues=max_group_reissues)
     sampler.set_turn_cap(3)
     return sampler
 
@@ -103,6 +111,66 @@ def test_expired_lease_returned_before_its_reissue_is_late_and_the_group_still_r
     assert sampler.issue().group_id == lease.group_id
 
 
+def test_a_group_past_max_group_reissues_is_dropped_counted_and_never_issued_again():
+    clock = FakeClock()
+    sampler = make_sampler(clock, groups_per_step=1, max_policy_lag=0, max_group_reissues=2)
+    attempts = [sampler.issue()]
+    for _ in range(2):  # its two re-issues
+        clock.now += 10.0
+        attempts.append(sampler.issue())
+    assert [lease.lease_id for lease in attempts] == ["g0-r0", "g0-r1", "g0-r2"]
+    assert sampler.issue() is None  # the group holds the only admission slot
+    clock.now += 10.0
+    assert sampler.expire_overdue() == 1
+    ledger = sampler.ledger()
+    assert (ledger["abandoned"], ledger["awaiting_reissue"], ledger["admitted"]) == (1, 0, 0)
+    fresh = sampler.issue()  # its slot is free, and it is not re-issued
+    assert fresh.group_id == "g1"
+    clock.now += 10.0
+    assert sampler.issue().lease_id == "g1-r1" and sampler.issue() is None  # g1 re-issued, g0 never again
+    for lease in attempts:  # results that come back after all are late
+        assert not sampler.complete(lease.lease_id)
+    assert sampler.ledger()["late"] == 3 and sampler.ledger()["duplicate"] == 0
+    sampler.check_ledger()
+    restored = make_sampler(clock, groups_per_step=1, max_policy_lag=0, max_group_reissues=2)
+    restored.load_state_dict(json.loads(json.dumps(sampler.state_dict())), keep_buffered=True)
+    assert restored.ledger() == sampler.ledger()
+    with pytest.raises(ValueError, match="max_group_reissues"):
+        make_sampler(max_group_reissues=-1)
+
+
+def test_the_head_ledger_counts_abandoned_groups_and_its_invariants_hold():
+    sampler = TaskSampler(ENV_TASKS, group_size=2, groups_per_step=1, max_policy_lag=0, lease_timeout_s=0.2,
+                          max_episode_tokens=512, seed=0, max_group_reissues=1)
+    head = HeadServer(sampler, poll_ms=5)
+    head.set_policy(0, 3)
+    head.start()
+    dealer = connect(configure(zmq.Context.instance().socket(zmq.DEALER)), head.lease_address)
+    try:
+        leases = []
+        for _ in range(2):  # an actor that takes the lease and its re-issue, and never answers
+            dealer.send(protocol.encode(LeaseRequest(actor_id=0, max_leases=1)))
+            assert dealer.poll(5000)
+            leases.append(protocol.decode(dealer.recv(), TaskLease))
+        assert [lease.lease_id for lease in leases] == ["g0-r0", "g0-r1"]
+        deadline = time.monotonic() + 5
+        while head.ledger()["abandoned"] < 1:
+            assert time.monotonic() < deadline, head.ledger()
+            time.sleep(0.02)
+        ledger = head.ledger()
+        assert ledger["ledger_broken"] == "" and ledger["awaiting_reissue"] == 0
+    finally:
+        dealer.close()
+        head.stop()
+
+
+def test_max_group_reissues_is_a_validated_learner_setting():
+    assert load_config().learner.max_group_reissues == 3
+    assert load_config(None, ["--learner.max_group_reissues", "0"]).learner.max_group_reissues == 0
+    with pytest.raises(ValueError, match="max_group_reissues"):
+        load_config(None, ["--learner.max_group_reissues", "-1"])
+
+
 def test_lease_before_its_deadline_does_not_expire():
     clock = FakeClock()
     sampler = make_sampler(clock)
@@ -148,7 +216,7 @@ def test_episode_seeds_are_deterministic_per_draw_and_distinct():
 def test_ledger_invariants_hold_over_a_randomized_run_and_nothing_is_lost():
     rng = random.Random(0)
     clock = FakeClock()
-    sampler = make_sampler(clock, groups_per_step=3, max_policy_lag=2)
+    sampler = make_sampler(clock, groups_per_step=3, max_policy_lag=2, max_group_reissues=2)
     seen, buffer, accepted_groups = [], [], Counter()
     for _ in range(3000):
         op = rng.random()
@@ -182,8 +250,9 @@ def test_ledger_invariants_hold_over_a_randomized_run_and_nothing_is_lost():
     sampler.check_ledger()
     ledger = sampler.ledger()
     assert set(accepted_groups.values()) == {1}  # every completed group counted exactly once
-    assert len(accepted_groups) == ledger["drawn"] == ledger["completed"]  # and none lost
+    assert len(accepted_groups) == ledger["completed"] == ledger["drawn"] - ledger["abandoned"]  # none lost
     assert ledger["expired"] > 10 and ledger["late"] > 10 and ledger["duplicate"] > 10  # the run hit them
+    assert ledger["abandoned"] > 0
 
 
 def test_state_dict_round_trip_continues_the_same_sequence():

@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from common.protocol import Trajectory
 from common.recording import read_messages
+from tests.hostile_peer import HOSTILE_ACTOR_ID
 
 
 def test_learner_stepped_and_checkpoint_is_complete(smoke_run):
@@ -115,9 +116,28 @@ def test_validation_rounds_run_on_held_out_tasks_and_are_logged_at_their_start_s
     # update, none is due at max_steps 4, where learner.eval_at_end runs the final round, waited for.
     assert steps == [0, 2, 4], steps
     recorded = [m for m in read_messages(run_dir / "trajectories" / "trajectories.msgpack") if isinstance(m, Trajectory)]
-    evaluated = [e for e in recorded if e.purpose == "eval"]
+    # Actor HOSTILE_ACTOR_ID is tests/hostile_peer.py: it may have held (and failed) one eval lease.
+    evaluated = [e for e in recorded if e.purpose == "eval" and e.actor_id != HOSTILE_ACTOR_ID]
     assert len(evaluated) >= 2 * 2  # the step-0 round: 2 tasks x 2 samples
     assert {e.group_size for e in evaluated} == {2} and {e.task_id for e in evaluated} <= {"10000", "10500"}
     # eval_at_start: the first round measured the untrained policy only, every token of version 0.
-    first_round = evaluated[:4]
+    first_groups = sorted({e.group_id for e in recorded if e.purpose == "eval"}, key=lambda g: int(g[1:]))[:2]
+    first_round = [e for e in evaluated if e.group_id in first_groups]  # eval groups are e0, e1, ...
+    assert first_round
     assert all(int(e.token_versions.max()) == 0 for e in first_round), [e.token_versions.max() for e in first_round]
+
+
+def test_the_run_finished_under_attack_and_counted_every_rejection(smoke_run):
+    """``tests/hostile_peer.py`` hit the run with garbage, lying episodes and an oversized frame."""
+    run_dir, _ = smoke_run
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["step"] == 4
+    ledger = summary["ledger"]
+    assert ledger["rejected/not_msgpack"] + ledger.get("rejected/bad_envelope", 0) >= 300, ledger
+    for reason in ("inconsistent_arrays", "bad_array", "bad_logprobs", "not_the_lease"):
+        assert ledger.get(f"rejected/{reason}", 0) >= 1, (reason, ledger)
+    assert ledger["peer_disconnects"] >= 1  # the oversized frame's connection
+    assert not ledger["ledger_broken"]
+    recorded = [m for m in read_messages(run_dir / "trajectories" / "trajectories.msgpack")
+                if isinstance(m, Trajectory) and m.actor_id == HOSTILE_ACTOR_ID]
+    assert {e.status for e in recorded} == {"env_error"}  # the lease it gave back; none of its lies

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from common.net import free_port
 from common.tiny_model import build_tiny_model
 from learner.batching import Batch
+from learner.turns import BatchTurns
 from learner.config import AlgorithmConfig, LearnerConfig
 from learner.losses import token_logprobs
 from learner.model import full_parameters, init_process_group, load_sharded_model
@@ -203,6 +204,100 @@ def test_algorithm_config_rejects_unknown_choices_and_useless_combinations():
     assert dataclasses.replace(AlgorithmConfig(), advantage="gae").advantage == "gae"
 
 
+def test_k1_is_refused_as_a_loss_term_and_allowed_in_the_reward():
+    with pytest.raises(ValueError, match="k1 as a loss term"):
+        AlgorithmConfig(kl_coef=0.1, kl_estimator="k1")
+    assert AlgorithmConfig(advantage="reinforce_pp", kl_coef=0.1, kl_estimator="k1", kl_in_reward=True).kl_coef == 0.1
+    for estimator in ("k2", "k3"):
+        assert AlgorithmConfig(kl_coef=0.1, kl_estimator=estimator).kl_estimator == estimator
+
+
+def test_clip_options_and_the_loss_normaliser_are_validated():
+    for bad, match in (({"dual_clip_c": 0.5}, "dual_clip_c"), ({"clip_eps_low": 1.0}, "clip_eps_low"),
+                       ({"clip_eps_high": -0.1}, "clip_eps_high"), ({"loss_norm_tokens": -1}, "loss_norm_tokens"),
+                       ({"loss_norm_tokens": 512}, "loss_norm_tokens")):  # with token-mean: a knob that does nothing
+        with pytest.raises(ValueError, match=match):
+            AlgorithmConfig(**bad)
+    ok = AlgorithmConfig(dual_clip_c=3.0, clip_eps_high=0.28, loss_agg="seq-mean-token-sum-norm", loss_norm_tokens=512)
+    assert (ok.dual_clip_c, ok.clip_eps_high, ok.loss_norm_tokens) == (3.0, 0.28, 512)
+    with pytest.raises(ValueError, match="logprob_chunk_tokens"):
+        LearnerConfig(logprob_chunk_tokens=-1)
+
+
+def test_sum_norm_without_a_normaliser_is_a_clear_error(model_path):
+    with pytest.raises(ValueError, match="loss_norm_tokens"):
+        Trainer.build(model_path, "float32", make_cfg(loss_agg="seq-mean-token-sum-norm"), TEMPERATURE)
+
+
+def _turns_of(loss_mask: torch.Tensor, turn_rewards: list[list[float]]) -> BatchTurns:
+    """Each row's assistant runs as its turns, with these rewards (one anchor per turn)."""
+    rows, spans = [], []
+    for row, mask in enumerate(loss_mask.tolist()):
+        for t, on in enumerate(mask):
+            if on and (t == 0 or not mask[t - 1]):
+                spans.append([t, t])
+                rows.append(row)
+            if on:
+                spans[-1][1] = t + 1
+    rewards = [reward for row in turn_rewards for reward in row]
+    return BatchTurns(row=torch.tensor(rows), spans=torch.tensor(spans), rewards=torch.tensor(rewards),
+                      anchor=torch.arange(len(rows)))
+
+
+@pytest.mark.parametrize("advantage", ["reinforce_pp", "gae"])
+def test_per_turn_rewards_credit_the_turn_that_earned_them(model_path, advantage):
+    cfg = make_cfg(advantage=advantage, gamma=0.9, lam=1.0)
+    trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    batch = make_batch(trainer.policy)  # rewards 1, 0, 0, 1
+    # Row 0 earned its reward at turn 1; row 1 earned nothing; row 3 half at each of its turns.
+    batch.turns = _turns_of(LOSS_MASK, [[1.0, 0.0], [0.0, 0.0], [0.0], [0.5, 0.5]])
+    scalars = trainer.step(batch)
+    advantages = trainer.last_advantages
+    first, second = advantages[0, 3:6], advantages[0, 9:11]
+    assert first.min() > second.max()  # the turn that earned it gets the credit
+    # Turn 2 of row 0 comes after the reward: its return is 0, as every token of row 1 (zero value
+    # before the first update, so GAE's advantages are the returns too).
+    assert torch.allclose(second, advantages[1, 8:10], atol=1e-6)
+    assert scalars["learner/reward_on_turns"] == 1.0
+    batch.turns = None  # an older recording: the episode reward on the last token, as before
+    assert trainer.step(batch)["learner/reward_on_turns"] == 0.0
+    if advantage == "reinforce_pp":  # (GAE's now-trained critic moves its advantages)
+        assert trainer.last_advantages[0, 9:11].min() > trainer.last_advantages[0, 3:6].max()
+
+
+def _widened(batch: Batch, row: int, width: int) -> Batch:
+    """The batch padded to ``width`` tokens, ``row`` made that long (more of its tokens assistant ones)."""
+    grow = width - batch.token_ids.shape[1]
+    pad = lambda x, value=0: torch.nn.functional.pad(x, (0, grow), value=value)  # noqa: E731
+    wide = dataclasses.replace(batch, token_ids=pad(batch.token_ids), attention_mask=pad(batch.attention_mask),
+                               loss_mask=pad(batch.loss_mask), behavior_logprobs=pad(batch.behavior_logprobs),
+                               token_versions=pad(batch.token_versions, -1))
+    wide.token_ids[row, :width] = torch.arange(width) % 300 + 5
+    wide.attention_mask[row] = 1
+    wide.loss_mask[row, width // 2:] = 1.0
+    wide.behavior_logprobs[row, width // 2:] = -3.0
+    return wide
+
+
+def test_sum_norm_update_of_the_same_rows_does_not_depend_on_a_longer_unrelated_row(model_path):
+    # Group 1 (rows 2 and 3) scores all-equal: advantage 0, it adds nothing to the gradient.
+    # Making row 2 much longer pads the batch wider; rows 0 and 1 must get the same update.
+    cfg = make_cfg(loss_agg="seq-mean-token-sum-norm", loss_norm_tokens=64)
+
+    def update(widen: bool) -> tuple[float, dict[str, torch.Tensor]]:
+        trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+        trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=0.1)
+        before = snapshot(trainer.policy)
+        batch = make_batch(trainer.policy, rewards=(1.0, 0.0, 0.5, 0.5))
+        scalars = trainer.step(_widened(batch, 2, 40) if widen else batch)
+        return scalars["learner/pg_loss"], {k: v - before[k] for k, v in full_parameters(trainer.policy).items()}
+
+    (narrow_loss, narrow), (wide_loss, wide) = update(False), update(True)
+    assert wide_loss == pytest.approx(narrow_loss, rel=1e-5)
+    scale = max(v.abs().max().item() for v in narrow.values())
+    assert scale > 0 and max((narrow[k] - wide[k]).abs().max().item() for k in narrow) < 1e-4 * scale
+
+
 # ------------------------------------------------------------------ memory options
 
 # Every loss term and the critic; the sequence mask drops row 2 (see the test above).
@@ -210,8 +305,9 @@ MEMORY_CASE = dict(advantage="gae", kl_coef=0.1, entropy_coef=0.01, seq_mask_low
 
 
 def _one_step(model_path: str, learner: dict, loss_agg: str = "token-mean"):
-    trainer = Trainer.build(model_path, "float32", make_cfg(learner=learner, loss_agg=loss_agg, **MEMORY_CASE),
-                            TEMPERATURE)
+    norm = {"loss_norm_tokens": 32} if loss_agg == "seq-mean-token-sum-norm" else {}
+    trainer = Trainer.build(model_path, "float32",
+                            make_cfg(learner=learner, loss_agg=loss_agg, **norm, **MEMORY_CASE), TEMPERATURE)
     # SGD: an update proportional to the gradient. Adam's first step is about lr * sign(g), which
     # would hide a mis-scaled gradient and blow float noise on near-zero entries up to lr.
     trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=0.1)
@@ -248,6 +344,23 @@ def test_gradient_accumulation_makes_the_same_update(model_path, loss_agg):
     assert len(plan_micro_batches(LENGTHS, 20)) == 4  # one row per micro-batch
     accumulated = _one_step(model_path, {"micro_batch_tokens": 20}, loss_agg)
     _assert_same_update(_one_step(model_path, {}, loss_agg), accumulated)
+
+
+def test_no_grad_passes_keep_to_the_micro_batch_budget(model_path):
+    # Proximal (for the sequence mask), reference and critic passes run before the update; with a
+    # budget of 20 tokens each of them, like the update's, sees one 14-token row at a time.
+    trainer = Trainer.build(model_path, "float32", make_cfg(learner={"micro_batch_tokens": 20}, **MEMORY_CASE),
+                            TEMPERATURE)
+    batch = make_batch(trainer.policy)
+    tokens = {"policy": [], "reference": [], "critic": []}
+    for name, module in (("policy", trainer.policy), ("reference", trainer.reference),
+                         ("critic", trainer.critic.model)):
+        def record(module, args, kwargs, seen=tokens[name]):
+            seen.append((kwargs["input_ids"] if "input_ids" in kwargs else args[0]).numel())
+        module.register_forward_pre_hook(record, with_kwargs=True)
+    trainer.step(batch)
+    assert all(seen for seen in tokens.values()), tokens
+    assert max(max(seen) for seen in tokens.values()) <= 20, tokens
 
 
 def _layer_calls_in_one_step(model_path: str, activation_checkpointing: bool) -> tuple[int, int]:

@@ -77,7 +77,7 @@ async def play(env_id: str, task_id: str, script, tokenizer, version: int) -> di
     return dict(token_ids=arrays["token_ids"], loss_mask=arrays["loss_mask"], behavior_logprobs=arrays["logprobs"],
                 token_versions=arrays["versions"], turn_spans=arrays["turn_spans"], reward=min(reward, 1.0),
                 success=bool(ending and ending.info.get("success")), terminated=bool(ending and ending.terminated),
-                truncated=ending is None, finish_reason="terminated" if ending else "turn_cap",
+                truncated=ending is None, finish_reason="terminated" if ending else "turn_cap", status="ok",
                 num_turns=len(arrays["turn_spans"]), turn_cap=len(actions), actions=actions)
 
 

@@ -61,7 +61,7 @@ import httpx
 
 from envhub.actions import MalformedAction, extract_action
 from envhub.base import ACKNOWLEDGEMENT, ConversationStart, Environment, StepResult
-from envhub.options import parse_options
+from envhub.options import OptionsError, parse_options
 
 ACTION_FORMATS = ("thought_action", "raw")
 CLOSE_NOT_SUPPORTED = (404, 405)
@@ -134,8 +134,11 @@ class AgentGymOptions:
     """Examples shown when the run does not say (``rollout.num_examples``)."""
 
     def __post_init__(self) -> None:
+        if not self.url:
+            raise OptionsError("agentgym: needs option 'url' (the AgentGym env server's address, "
+                               "e.g. http://127.0.0.1:36001)")
         if not isinstance(self.url, str) or not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"agentgym: option url must be an http(s) URL of an AgentGym server, got {self.url!r}")
+            raise OptionsError(f"agentgym: option url must be an http(s) URL of an AgentGym server, got {self.url!r}")
         if self.timeout_s <= 0 or self.reward_scale <= 0:
             raise ValueError("agentgym: timeout_s and reward_scale must be > 0")
         if self.action_format not in ACTION_FORMATS:

@@ -22,6 +22,7 @@ from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import FileResponse
 
 from common.protocol import ProtocolError
+from envhub.errors import ERRORS, route_responses
 from envhub.ui.render import describe_turns
 from envhub.ui.runs import RunCatalog, UnknownRunError
 from envhub.ui.stream_index import RunIndex, TrainedRow, TrajectoryRow
@@ -65,7 +66,8 @@ def parse_step(step: str | None) -> int | None | str:
         return None
     if step.isdigit():
         return int(step)
-    raise HTTPException(status_code=422, detail=f"step must be a learner step number or 'none', got {step!r}")
+    raise HTTPException(status_code=ERRORS["bad_query"].status_code,
+                        detail=f"step must be a learner step number or 'none', got {step!r}")
 
 
 def ui_router(runs_dir: str | Path) -> APIRouter:
@@ -77,7 +79,7 @@ def ui_router(runs_dir: str | Path) -> APIRouter:
         try:
             return catalog.index(run)
         except UnknownRunError as error:
-            raise HTTPException(status_code=404, detail=str(error)) from None
+            raise HTTPException(status_code=ERRORS["unknown_run"].status_code, detail=str(error)) from None
 
     @router.get("", include_in_schema=False)
     @router.get("/", include_in_schema=False)
@@ -90,11 +92,11 @@ def ui_router(runs_dir: str | Path) -> APIRouter:
             raise HTTPException(status_code=404, detail=f"no static file {name!r}")
         return FileResponse(STATIC_DIR / name, media_type=STATIC_FILES[name])
 
-    @router.get("/api/runs")
+    @router.get("/api/runs", responses=route_responses("GET", "/ui/api/runs"))
     def list_runs() -> dict[str, Any]:
         return {"runs_dir": str(catalog.runs_dir), "runs": catalog.list_runs()}
 
-    @router.get("/api/runs/{run}/trajectories")
+    @router.get("/api/runs/{run}/trajectories", responses=route_responses("GET", "/ui/api/runs/{run}/trajectories"))
     def list_trajectories(run: str, env: str | None = None, step: str | None = None, success: bool | None = None,
                           purpose: str | None = None, offset: int = Query(0, ge=0),
                           limit: int = Query(100, ge=1, le=MAX_PAGE_ROWS)) -> dict[str, Any]:
@@ -109,17 +111,19 @@ def ui_router(runs_dir: str | Path) -> APIRouter:
             "bad_records": index.bad_records,
         }
 
-    @router.get("/api/runs/{run}/trajectories/{number}")
+    @router.get("/api/runs/{run}/trajectories/{number}",
+                responses=route_responses("GET", "/ui/api/runs/{run}/trajectories/{number}"))
     def trajectory(run: str, number: int) -> dict[str, Any]:
         index = index_of(run)
         if not 0 <= number < len(index.rows):
-            raise HTTPException(status_code=404, detail=f"run {run} has {len(index.rows)} trajectories; "
-                                                        f"no number {number}")
+            raise HTTPException(status_code=ERRORS["unknown_run"].status_code,
+                                detail=f"run {run} has {len(index.rows)} trajectories; no number {number}")
         row = index.rows[number]
         try:
             episode, trained = index.load(row)
         except (OSError, ProtocolError) as error:
-            raise HTTPException(status_code=500, detail=f"cannot read trajectory {number}: {error}") from None
+            raise HTTPException(status_code=ERRORS["unreadable_trajectory"].status_code,
+                                detail=f"cannot read trajectory {number}: {error}") from None
         slot = catalog.tokenizer(run)
         turns, tail = describe_turns(episode, trained, slot.decoder)
         return {

@@ -32,7 +32,7 @@ from envhub.actions import MalformedAction, extract_action
 from envhub.base import ConversationStart, Environment, StepResult
 from envhub.envs.sciworld import task_index
 from envhub.envs.sciworld.jvm_pool import JvmPool, ScienceWorldJvm, get_pool
-from envhub.options import parse_options
+from envhub.options import OptionsError, parse_options
 
 Result = TypeVar("Result")
 SIMPLIFICATIONS = ("easy", "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors",
@@ -198,8 +198,8 @@ class SciWorldEnv(Environment):
     def _check_simplification_fits(self, task: task_index.SciWorldTask) -> None:
         if "noElectricalAction" in self.options.simplification and any(
                 mark in task.name for mark in ELECTRICAL_TASK_MARKS):
-            raise ValueError(f"sciworld: task {task.number} ({task.name}) needs electrical actions, but the "
-                             f"simplification option removes them ({self.options.simplification!r})")
+            raise OptionsError(f"sciworld: task {task.number} ({task.name}) needs electrical actions, but the "
+                               f"simplification option removes them ({self.options.simplification!r})")
 
     async def _call(self, call: Callable[..., Result], *args: Any) -> Result:
         """Run a simulator call off the event loop; a failed or interrupted one marks the JVM broken."""

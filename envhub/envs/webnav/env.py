@@ -30,7 +30,7 @@ from envhub.envs.webnav.observation import truncate
 from envhub.envs.webnav.options import WebNavOptions
 from envhub.envs.webnav.tabs import BrowserTabs, TabSettings
 from envhub.envs.webnav.tasks import TaskCatalog, WebTask, catalog_for, resolve
-from envhub.options import parse_options
+from envhub.options import OptionsError, parse_options
 
 INSTRUCTION = ("You are an autonomous web agent in a browser. Each observation shows the current tab as an "
                "accessibility tree, one element per line as [id] role 'name', followed by the URL, the objective "
@@ -106,7 +106,7 @@ class WebNavEnv(Environment):
             self._site_urls = dict(self.options.site_urls)
             missing = [site for site in task.sites if site not in self._site_urls]
             if missing:
-                raise ValueError(f"webnav-v0: task {task.task_id} needs site_urls for {missing}")
+                raise OptionsError(f"webnav-v0: task {task.task_id} needs site_urls for {missing}")
             return _login_cookies(self.options.auth_dir, task.storage_state)
         from envhub.sites.serving import hub_sites_url, standalone_sites_url
         from envhub.sites.store import SESSION_COOKIE, site_store
@@ -191,6 +191,6 @@ def _login_cookies(auth_dir: str, storage_state: str) -> list[dict[str, Any]]:
         return []
     path = Path(auth_dir).expanduser() / Path(storage_state).name
     if not path.is_file():
-        raise FileNotFoundError(f"webnav-v0: login state {path} not found (option auth_dir)")
+        raise OptionsError(f"webnav-v0: login state {path} not found (option auth_dir)")
     keys = ("name", "value", "domain", "path", "expires", "httpOnly", "secure", "sameSite")
     return [{key: cookie[key] for key in keys if key in cookie} for cookie in json.loads(path.read_text())["cookies"]]

@@ -1,0 +1,202 @@
+"""What a decoded wire message must mean, beyond its field types.
+
+``protocol.decode`` runs the check of each message type after building it, so a receiver never
+holds a message whose arrays disagree, whose spans point outside its tokens or whose numbers are
+out of range: those are the messages that decode cleanly and then crash the code that trusts
+them. Each failure raises ``ProtocolError`` with a short ``reason`` that receivers count by.
+
+What needs the receiver's context (the model's vocabulary, the learner's version, the lease an
+episode answers) is checked where that context lives: ``learner/head.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+MAX_ID = 2**31 - 1
+"""Ids, versions and counts travel as msgpack ints (up to 64 bits); ours fit int32 everywhere."""
+MAX_TEXT = 1 << 16
+"""Longest id or error string a message may carry (an error text is cut to 500 by actors)."""
+WEIGHT_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4,
+                      "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
+"""The parameter dtypes a weight broadcast may carry (``common/weight_sync.py``), with their sizes."""
+OK_FINISH_REASONS = {"terminated", "env_truncated", "turn_cap", "token_budget"}
+
+
+class MeaningError(ValueError):
+    """A message whose fields are well typed but mean nothing valid; ``reason`` names the rule."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def require(condition: bool, reason: str, message: str) -> None:
+    if not condition:
+        raise MeaningError(reason, message)
+
+
+def count_in_range(value: int, name: str, low: int = 0, high: int = MAX_ID) -> None:
+    require(low <= value <= high, "out_of_range", f"{name} {value} is outside [{low}, {high}]")
+
+
+def text(value: str, name: str, allow_empty: bool = False) -> None:
+    require(allow_empty or bool(value), "empty_text", f"{name} is empty")
+    require(len(value) <= MAX_TEXT, "out_of_range", f"{name} is {len(value)} characters long")
+
+
+# ---------------------------------------------------------------------------------- trajectory
+
+
+def check_trajectory(t: Any) -> None:
+    for name in ("lease_id", "group_id", "env_id", "task_id"):
+        text(getattr(t, name), name)
+    text(t.error, "error", allow_empty=True)
+    count_in_range(t.actor_id, "actor_id")
+    count_in_range(t.group_size, "group_size", low=1)
+    count_in_range(t.episode_index, "episode_index", high=t.group_size - 1)
+    count_in_range(t.turn_cap, "turn_cap", low=1)
+    count_in_range(t.num_turns, "num_turns", high=t.turn_cap)
+    _check_token_arrays(t)
+    _check_turn_spans(t)
+    _check_turn_arrays(t)
+    _check_outcome(t)
+    require(all(v >= 0 for v in t.timings.values()), "out_of_range", "timings must be non-negative seconds")
+
+
+def _check_token_arrays(t: Any) -> None:
+    arrays = {"token_ids": t.token_ids, "loss_mask": t.loss_mask, "behavior_logprobs": t.behavior_logprobs,
+              "token_versions": t.token_versions}
+    require(all(a.ndim == 1 for a in arrays.values()), "inconsistent_arrays", "token arrays must be 1-D")
+    lengths = {name: len(a) for name, a in arrays.items()}
+    require(len(set(lengths.values())) == 1, "inconsistent_arrays", f"token arrays differ in length: {lengths}")
+    require(bool(np.all(t.token_ids >= 0)), "bad_token_ids", "negative token id")
+    require(bool(np.all(t.loss_mask <= 1)), "inconsistent_arrays", "loss_mask holds values other than 0 and 1")
+    sampled = t.loss_mask.astype(bool)
+    logprobs = t.behavior_logprobs
+    require(bool(np.all(np.isfinite(logprobs))), "bad_logprobs", "behavior_logprobs are not all finite")
+    require(bool(np.all(logprobs[sampled] <= 0)), "bad_logprobs", "a sampled token's logprob is positive")
+    require(bool(np.all(t.token_versions[sampled] >= 0)), "bad_versions", "a sampled token has no policy version")
+
+
+def _check_turn_spans(t: Any) -> None:
+    spans = t.turn_spans
+    require(spans.ndim == 2 and spans.shape[1] == 2, "bad_turn_spans", f"turn_spans shape {spans.shape}, not [n, 2]")
+    require(t.num_turns <= len(spans) <= t.num_turns + 1, "bad_turn_spans",
+            f"{len(spans)} sampled turns for {t.num_turns} env turns")  # +1: the reply the env never got
+    starts, ends = spans[:, 0].astype(np.int64), spans[:, 1].astype(np.int64)
+    ordered = np.all(starts <= ends) and np.all(starts[1:] >= ends[:-1])
+    inside = len(spans) == 0 or (starts[0] >= 0 and ends[-1] <= len(t.token_ids))
+    require(bool(ordered and inside), "bad_turn_spans", "turn_spans are not ordered [start, end) inside the tokens")
+    covered = np.zeros(len(t.loss_mask), dtype=bool)
+    for start, end in zip(starts, ends):
+        covered[start:end] = True
+    require(bool(np.array_equal(covered, t.loss_mask.astype(bool))), "bad_turn_spans",
+            "the loss mask is not exactly the sampled turns")
+
+
+def _check_turn_arrays(t: Any) -> None:
+    for name in ("turn_rewards", "turn_observations", "turn_action_parsed"):
+        values = getattr(t, name)
+        require(values.ndim == 1 and len(values) in (0, t.num_turns), "inconsistent_arrays",
+                f"{name} has {values.shape} entries for {t.num_turns} turns")
+    require(bool(np.all(np.isfinite(t.turn_rewards))), "out_of_range", "turn_rewards are not all finite")
+    require(bool(np.all(t.turn_action_parsed <= 1)), "out_of_range", "turn_action_parsed holds values other than 0, 1")
+
+
+def _check_outcome(t: Any) -> None:
+    require(0.0 <= t.reward <= 1.0, "out_of_range", f"reward {t.reward} is outside [0, 1]")
+    reason = t.finish_reason
+    if t.status == "ok":
+        require(reason in OK_FINISH_REASONS, "inconsistent_outcome", f"status ok with finish_reason {reason!r}")
+    else:
+        allowed = {t.status, "deadline"} if t.status == "timeout" else {t.status}
+        require(reason in allowed, "inconsistent_outcome", f"status {t.status} with finish_reason {reason!r}")
+    require(t.terminated == (reason == "terminated"), "inconsistent_outcome",
+            f"terminated={t.terminated} with finish_reason {reason!r}")
+    require(not (t.terminated and t.truncated), "inconsistent_outcome", "both terminated and truncated")
+    require(not t.success or t.status == "ok", "inconsistent_outcome", f"a success with status {t.status}")
+
+
+# ---------------------------------------------------------------------------------- the others
+
+
+def check_lease_request(m: Any) -> None:
+    count_in_range(m.actor_id, "actor_id")
+    count_in_range(m.max_leases, "max_leases", low=1, high=4096)
+
+
+def check_task_lease(m: Any) -> None:
+    for name in ("lease_id", "group_id", "env_id", "task_id"):
+        text(getattr(m, name), name)
+    count_in_range(m.group_size, "group_size", low=1)
+    count_in_range(m.turn_cap, "turn_cap", low=1)
+    count_in_range(m.max_episode_tokens, "max_episode_tokens", low=1)
+    count_in_range(m.policy_version, "policy_version")
+    require(-2**63 <= m.seed < 2**64, "out_of_range", "seed does not fit 64 bits")
+    require(m.deadline_unix_s > 0, "out_of_range", f"deadline {m.deadline_unix_s} is not a time")
+
+
+def check_weights_announce(m: Any) -> None:
+    count_in_range(m.version, "version")
+    count_in_range(m.generation, "generation")
+    require(all(0 <= n < 2**62 for n in m.bucket_nbytes), "out_of_range", "bucket sizes out of range")
+    require(len({s.name for s in m.slots}) == len(m.slots), "bad_slots", "two slots share a name")
+    for slot in m.slots:
+        _check_slot(slot, m.bucket_nbytes)
+
+
+def _check_slot(slot: Any, bucket_nbytes: list[int]) -> None:
+    where = f"slot {slot.name!r}"
+    require(slot.dtype in WEIGHT_DTYPE_BYTES, "bad_slots", f"{where}: dtype {slot.dtype!r} is not a weight dtype")
+    require(all(0 <= d < 2**31 for d in slot.shape), "bad_slots", f"{where}: bad shape {slot.shape}")
+    require(slot.nbytes == math.prod(slot.shape) * WEIGHT_DTYPE_BYTES[slot.dtype], "bad_slots",
+            f"{where}: {slot.nbytes} bytes for shape {slot.shape} of {slot.dtype}")
+    require(0 <= slot.bucket < len(bucket_nbytes), "bad_slots", f"{where}: no bucket {slot.bucket}")
+    require(0 <= slot.offset_bytes and slot.offset_bytes + slot.nbytes <= bucket_nbytes[slot.bucket], "bad_slots",
+            f"{where}: bytes [{slot.offset_bytes}, +{slot.nbytes}) outside its bucket")
+
+
+def check_control(m: Any) -> None:
+    if m.command == "set_turn_cap":
+        require(m.turn_cap is not None, "inconsistent_outcome", "set_turn_cap without turn_cap")
+        count_in_range(m.turn_cap, "turn_cap", low=1)
+    if m.command == "regroup":
+        require(m.generation is not None and m.members is not None, "bad_regroup", "regroup needs generation, members")
+        count_in_range(m.generation, "generation")
+        for member in m.members:
+            count_in_range(member, "member")
+        require(len(set(m.members)) == len(m.members), "bad_regroup", "a member is named twice")
+
+
+def check_group_join(m: Any) -> None:
+    count_in_range(m.actor_id, "actor_id")
+    count_in_range(m.weight_version, "weight_version")
+
+
+def check_actor_stats(m: Any) -> None:
+    for name in ("actor_id", "weight_version", "episodes_running", "episodes_finished", "engine_queue_depth"):
+        count_in_range(getattr(m, name), name)
+    require(m.tokens_per_s >= 0 and m.episode_latency_s_mean >= 0, "out_of_range", "negative rate or latency")
+    require(all(0 <= n <= 2**62 for n in m.errors.values()), "out_of_range", "error counts out of range")
+
+
+def check_trained_sample(m: Any) -> None:
+    text(m.lease_id, "lease_id")
+    text(m.group_id, "group_id")
+    count_in_range(m.episode_index, "episode_index")
+    count_in_range(m.learner_step, "learner_step")
+    require(m.token_advantages.ndim == 1, "inconsistent_arrays", "token_advantages must be 1-D")
+    require(bool(np.all(np.isfinite(m.token_advantages))), "out_of_range", "token_advantages are not all finite")
+
+
+CHECKS: dict[str, Callable[[Any], None]] = {
+    "Trajectory": check_trajectory, "LeaseRequest": check_lease_request, "TaskLease": check_task_lease,
+    "WeightsAnnounce": check_weights_announce, "Control": check_control, "GroupJoin": check_group_join,
+    "ActorStats": check_actor_stats, "TrainedSample": check_trained_sample,
+}
+"""The meaning check of each message type, by name (every type in ``protocol.MESSAGE_TYPES``)."""

@@ -1,0 +1,268 @@
+"""Property-based fuzzing of every decoder and of the head's ingest path.
+
+Properties, for frames made by mutating valid ones (bytes flipped, cut or spliced; a field
+replaced by any msgpack value; an array's dtype, shape or data changed):
+- ``decode`` either returns a message of a declared type or raises ``ProtocolError``, nothing else;
+- an episode the head accepts can be trained on: it collates, and ``policy_lag``, the turn table
+  and the rollout metrics run on it (before the meaning checks, one such episode killed the learner);
+- no frame makes the head's message handler raise, and a valid episode afterwards still
+  completes its group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from common import protocol
+from common.protocol import (ActorStats, Control, GroupJoin, LeaseRequest, ProtocolError, TaskLease, TensorSlot,
+                             TrainedSample, Trajectory, WeightsAnnounce)
+from learner.batching import collate, policy_lag
+from learner.head import Group, HeadFailed, HeadServer
+from learner.rollout_metrics import rollout_scalars
+from learner.sampler import TaskSampler
+from tests.test_protocol import make_trajectory
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                        HealthCheck.too_slow])
+
+
+@st.composite
+def trajectories(draw, lease: TaskLease | None = None, episode_index: int | None = None) -> Trajectory:
+    """A valid episode: observation tokens, then replies, turn by turn."""
+    turns = draw(st.integers(0, 4))
+    tokens, mask, spans = [], [], []
+    for _ in range(turns + 1):
+        tokens += draw(st.lists(st.integers(0, 255), min_size=1, max_size=6))  # an observation
+        mask += [0] * (len(tokens) - len(mask))
+        if len(spans) < turns:
+            reply = draw(st.lists(st.integers(0, 255), min_size=1, max_size=6))
+            spans.append([len(tokens), len(tokens) + len(reply)])
+            tokens += reply
+            mask += [1] * len(reply)
+    n = len(tokens)
+    sampled = np.array(mask, bool)
+    logprobs = np.where(sampled, -np.array(draw(st.lists(st.floats(0, 20), min_size=n, max_size=n))), 0.0)
+    lease = lease or TaskLease("l0", "g0", "keydoor-v0", "1", 0, 2, 4, 4096, 3, 1.5e9)
+    success = draw(st.booleans())
+    return Trajectory(
+        lease_id=lease.lease_id, group_id=lease.group_id, env_id=lease.env_id, task_id=lease.task_id, actor_id=0,
+        episode_index=draw(st.integers(0, lease.group_size - 1)) if episode_index is None else episode_index,
+        group_size=lease.group_size, token_ids=np.array(tokens, np.int32), loss_mask=sampled.astype(np.uint8),
+        behavior_logprobs=logprobs.astype(np.float32), token_versions=np.where(sampled, lease.policy_version, -1)
+        .astype(np.int32), turn_spans=np.array(spans, np.int32).reshape(-1, 2), reward=float(success),
+        success=success, terminated=success, truncated=not success,
+        finish_reason="terminated" if success else "turn_cap", status="ok", num_turns=turns,
+        turn_cap=lease.turn_cap, turn_rewards=np.zeros(turns, np.float32),
+        turn_observations=np.arange(turns, dtype=np.uint64), turn_action_parsed=np.ones(turns, np.uint8))
+
+
+MESSAGES = st.one_of(
+    trajectories(),
+    st.just(LeaseRequest(actor_id=0, max_leases=2)),
+    st.just(TaskLease("l", "g", "keydoor-v0", "1", 7, 4, 3, 1024, 2, 1.5e9)),
+    st.just(WeightsAnnounce(3, [128], [TensorSlot("w", [2, 3], "bfloat16", 0, 0, 12)])),
+    st.just(Control(command="regroup", generation=3, members=[0, 2])),
+    st.just(GroupJoin(actor_id=2, weight_version=7)),
+    st.just(ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {"env_error": 1})),
+    st.just(TrainedSample("l", "g", 0, 3, 0.5, np.array([0.5, -1.0], np.float32))),
+)
+MSGPACK_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats() | st.text(max_size=8)
+    | st.binary(max_size=16),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12)
+ARRAY_MUTATIONS = st.fixed_dictionaries({
+    "dtype": st.sampled_from(["<i4", "u1", "<f4", "<u8", "<f8", "|O", "<i4"]),
+    "shape": st.lists(st.integers(0, 2**64 - 1) | st.integers(0, 12), max_size=3),
+    "data": st.binary(max_size=64),
+})
+
+
+@st.composite
+def mutated_frames(draw, messages=MESSAGES) -> bytes:
+    envelope = msgpack.unpackb(protocol.encode(draw(messages)))
+    how = draw(st.sampled_from(["field", "array", "resize", "resize", "bytes", "cut", "envelope"]))
+    body = envelope["body"]
+    arrays = sorted(k for k, v in body.items() if isinstance(v, dict) and "shape" in v)
+    if how == "resize" and arrays:  # well formed, another length and other values: decodes as types
+        key = draw(st.sampled_from(arrays))
+        old = body[key]
+        rows = draw(st.integers(0, 12))
+        nbytes = np.dtype(old["dtype"]).itemsize * rows * int(np.prod(old["shape"][1:], dtype=np.int64))
+        body[key] = {**old, "shape": [rows, *old["shape"][1:]], "data": draw(st.binary(min_size=nbytes,
+                                                                                       max_size=nbytes))}
+    if how == "field":
+        body[draw(st.sampled_from(sorted(body)))] = draw(MSGPACK_VALUES)
+    elif how == "array":
+        if arrays:
+            key, mutation = draw(st.sampled_from(arrays)), draw(ARRAY_MUTATIONS)
+            changed = draw(st.lists(st.sampled_from(sorted(mutation)), min_size=1, unique=True))
+            body[key] = {**body[key], **{k: mutation[k] for k in changed}}
+    elif how == "envelope":
+        envelope[draw(st.sampled_from(["type", "schema", "body"]))] = draw(MSGPACK_VALUES)
+    frame = bytearray(msgpack.packb(envelope))
+    if how == "bytes":
+        for _ in range(draw(st.integers(1, 8))):
+            frame[draw(st.integers(0, len(frame) - 1))] = draw(st.integers(0, 255))
+    if how == "cut":
+        frame = frame[: draw(st.integers(0, len(frame) - 1))]
+    return bytes(frame)
+
+
+@FUZZ
+@given(mutated_frames())
+def test_decode_returns_a_message_or_raises_protocol_error(frame):
+    try:
+        message = protocol.decode(frame)
+    except ProtocolError as exc:
+        assert exc.reason
+        return
+    assert type(message) in protocol.MESSAGE_TYPES.values()
+    assert protocol.decode(protocol.encode(message)) is not None  # what decodes re-encodes
+
+
+@FUZZ
+@given(mutated_frames(trajectories()))
+def test_every_trajectory_that_decodes_can_be_trained_on(frame):
+    try:
+        episode = protocol.decode(frame, Trajectory)
+    except ProtocolError:
+        return
+    lease = TaskLease("l0", "g0", "keydoor-v0", "1", 0, episode.group_size, episode.turn_cap, 4096, 3, 1.5e9)
+    batch = collate([Group(lease, [episode])])
+    assert policy_lag(episode, 5) >= 0
+    rollout_scalars([episode], 5)
+    if batch is not None:
+        assert batch.token_ids.shape[1] == len(episode.token_ids)
+        assert int(batch.loss_mask.sum()) == int(episode.loss_mask.sum())
+
+
+# ---------------------------------------------------------------------------------- the head
+
+
+@pytest.fixture(scope="module")
+def head():
+    sampler = TaskSampler({"keydoor-v0": ["1", "2", "3"]}, group_size=2, groups_per_step=1, max_policy_lag=2,
+                          lease_timeout_s=600.0, max_episode_tokens=4096, seed=0)
+    server = HeadServer(sampler, vocab_size=256)  # never started: frames are handed in directly
+    server.set_policy(3, 4)
+    yield server
+    server.stop()
+
+
+def open_lease(server: HeadServer) -> TaskLease:
+    """A lease the head holds open, as if granted to an actor (a new version each time keeps the
+    staleness admission open however many examples run)."""
+    server.set_policy(server.sampler.version + 1, 4)
+    with server._lock:
+        lease = server.sampler.issue()
+        server._open[lease.lease_id] = Group(lease)
+    return lease
+
+
+@FUZZ
+@given(data=st.data())
+def test_no_frame_breaks_the_heads_ingest(head, data):
+    lease = open_lease(head)
+    valid = data.draw(trajectories(lease, episode_index=0))
+    for _ in range(3):
+        head._on_push([data.draw(mutated_frames(st.just(valid) | MESSAGES))])  # must not raise
+    head._on_push([protocol.encode(dataclasses.replace(valid, episode_index=1))])
+    head._on_push([protocol.encode(valid)])
+    group = head._open.get(lease.lease_id)
+    if group is None:  # completed: its two episodes, one per index, and nothing a mutant slipped in
+        done = head.groups.get_nowait()
+        assert sorted(e.episode_index for e in done.episodes) == [0, 1]
+        assert all(len(e.token_ids) == len(e.loss_mask) for e in done.episodes)
+        head.consume(1)
+    else:  # a mutant that still made sense took index 0 or 1 first: the other is still missing
+        assert len(group.episodes) == 1
+        with head._lock:
+            head._open.pop(lease.lease_id)
+            head.sampler.expire([lease.lease_id])
+
+
+def test_the_head_rejects_episodes_that_contradict_their_lease_or_model():
+    sampler = TaskSampler({"keydoor-v0": ["1"]}, group_size=2, groups_per_step=1, max_policy_lag=2,
+                          lease_timeout_s=600.0, max_episode_tokens=4096, seed=0)
+    server = HeadServer(sampler, vocab_size=100)
+    try:
+        server.set_policy(3, 4)
+        lease = open_lease(server)
+        valid = dataclasses.replace(make_trajectory(), lease_id=lease.lease_id, group_id=lease.group_id,
+                                    task_id=lease.task_id, episode_index=0, group_size=2,
+                                    token_versions=np.full(7, 3, np.int32))
+        future = server.sampler.version + 1
+        cases = {
+            "not_the_lease": dataclasses.replace(valid, task_id="2"),
+            "bad_token_ids": dataclasses.replace(valid, token_ids=np.full_like(valid.token_ids, 100)),
+            "version_from_the_future": dataclasses.replace(
+                valid, token_versions=np.where(valid.loss_mask.astype(bool), future, -1).astype(np.int32)),
+        }
+        for reason, episode in cases.items():
+            server._on_push([protocol.encode(episode)])
+            assert server.ledger().get(f"rejected/{reason}") == 1, reason
+        assert server._open[lease.lease_id].episodes == []
+        server.expect_version(future)  # those weights went out: now it is an honest episode
+        server._on_push([protocol.encode(cases["version_from_the_future"])])
+        assert len(server._open[lease.lease_id].episodes) == 1
+    finally:
+        server.stop()
+
+
+def test_a_dead_ingest_thread_fails_the_training_loop_saying_why():
+    """Before, the thread died with nothing reported and the run hung at its next step."""
+    sampler = TaskSampler({"keydoor-v0": ["1"]}, group_size=2, groups_per_step=1, max_policy_lag=2,
+                          lease_timeout_s=600.0, max_episode_tokens=4096, seed=0)
+    server = HeadServer(sampler, poll_ms=5)
+
+    def broken_ledger(*args, **kwargs):
+        raise RuntimeError("ledger exploded")
+
+    sampler.expire_overdue = broken_ledger  # a bug outside message handling
+    server.start()
+    try:
+        with pytest.raises(HeadFailed, match="ledger exploded"):
+            for _ in range(20):
+                server.get(timeout_s=0.1)
+    finally:
+        server.stop()
+
+
+def test_a_handler_bug_drops_one_message_and_counts_it(monkeypatch):
+    sampler = TaskSampler({"keydoor-v0": ["1"]}, group_size=2, groups_per_step=1, max_policy_lag=2,
+                          lease_timeout_s=600.0, max_episode_tokens=4096, seed=0)
+    server = HeadServer(sampler, poll_ms=5)
+    calls = []
+
+    def flaky_stats(frames):
+        calls.append(frames)
+        if len(calls) == 1:
+            raise KeyError("a bug one message exposed")
+        return HeadServer._on_push(server, frames)
+
+    monkeypatch.setattr(server, "_on_push", flaky_stats)
+    server.start()
+    push = zmq.Context.instance().socket(zmq.PUSH)
+    push.connect(server.trajectory_address)
+    try:
+        stats = ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {})
+        push.send(protocol.encode(stats))
+        push.send(protocol.encode(stats))
+        deadline = time.monotonic() + 5
+        while 0 not in server.actor_stats and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.actor_stats[0] == stats  # the second message went through
+        assert server.ledger()["rejected/handler_error/KeyError"] == 1
+        server.check_alive()
+    finally:
+        push.close(linger=0)
+        server.stop()
