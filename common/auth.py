@@ -160,6 +160,7 @@ class SocketWatch(threading.Thread):
         super().__init__(name="zmq-socket-watch", daemon=True)
         self.refused = 0
         self.disconnects: Counter[int] = Counter()  # by id() of the watched socket
+        self.errors = 0
         self._monitors: list[tuple[int, zmq.Socket]] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -176,20 +177,28 @@ class SocketWatch(threading.Thread):
 
     def run(self) -> None:
         while not self._stopping.is_set():
-            with self._lock:
-                monitors = dict((m, key) for key, m in self._monitors)
-            poller = zmq.Poller()
-            for monitor in monitors:
-                poller.register(monitor, zmq.POLLIN)
-            for monitor, _ in poller.poll(200):
-                event = zmq.utils.monitor.recv_monitor_message(monitor)
-                if event["event"] == zmq.EVENT_DISCONNECTED:
-                    self.disconnects[monitors[monitor]] += 1
-                elif event["event"] != zmq.EVENT_MONITOR_STOPPED:
-                    self._refuse(event)
+            try:
+                self._read_events()
+            except Exception:  # contained: counting must not end because one event could not be read
+                self.errors += 1
+                log.exception("socket watch: an event could not be read (%d so far)", self.errors)
+                time.sleep(0.2)
         with self._lock:
             for _, monitor in self._monitors:
                 monitor.close(linger=0)
+
+    def _read_events(self) -> None:
+        with self._lock:
+            monitors = {monitor: key for key, monitor in self._monitors if not monitor.closed}
+        poller = zmq.Poller()
+        for monitor in monitors:
+            poller.register(monitor, zmq.POLLIN)
+        for monitor, _ in poller.poll(200):
+            event = zmq.utils.monitor.recv_monitor_message(monitor)
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                self.disconnects[monitors[monitor]] += 1
+            elif event["event"] != zmq.EVENT_MONITOR_STOPPED:
+                self._refuse(event)
 
     def _refuse(self, event: dict) -> None:
         # A refused peer retries every few hundred ms: log the first refusal, then one line a while.

@@ -68,7 +68,9 @@ class ModelSection:
     cache_dir: str = "~/.cache/longhorizon"
     """Where built or converted models are cached (env LONGHORIZON_CACHE overrides)."""
     dtype: str = "float32"
-    """Parameter dtype of learner and CPU engine: float32 or bfloat16."""
+    """Parameter dtype of the actors' engines and of the weights they receive: float32 or bfloat16.
+    The learner keeps float32 master weights and optimizer state whatever it is; bfloat16 makes it
+    compute in bfloat16, as ``learner.mixed_precision`` (``learner.model.computes_in_bfloat16``)."""
     warm_start: str = ""
     """``keydoor``: before the run the launcher trains from a warm start of the tiny model (a short
     supervised pass on random *admissible* keydoor actions, ``learner/warm_start.py``: the format,
@@ -150,6 +152,14 @@ class Config:
         if self.model.warm_start == "keydoor" and self.rollout.envs != ["keydoor-v0"]:
             raise ValueError(f"model.warm_start keydoor is a warm start for keydoor-v0 runs; rollout.envs is "
                              f"{self.rollout.envs}")
+        horizon = self.learner.horizon
+        lag = 0 if self.run.mode == "sync" else self.learner.max_policy_lag
+        if horizon.kind == "adaptive" and horizon.min_stage_steps < horizon.plateau_window + lag:
+            raise ValueError(
+                f"learner.horizon.min_stage_steps ({horizon.min_stage_steps}) must be at least plateau_window + "
+                f"max_policy_lag = {horizon.plateau_window + lag}: episodes leased before a raise still run under "
+                f"the old cap and arrive up to max_policy_lag steps later; a shorter stage would let them fill the "
+                f"next window and trigger a second raise at once")
 
 
 # --------------------------------------------------------------------------- documentation

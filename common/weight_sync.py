@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 
 import torch
 import torch.distributed as dist
@@ -36,17 +37,21 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def plan_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_nbytes: int, version: int) -> WeightsAnnounce:
+def plan_buckets(named: Iterable[tuple[str, torch.Tensor]], bucket_nbytes: int, version: int,
+                 large_first: bool = True) -> WeightsAnnounce:
     """Assign each tensor a bucket and byte offset; a tensor larger than a bucket gets its own.
 
     Slots start at aligned offsets; a bucket ends right after its last slot, so a bucket of
-    one tensor is exactly that tensor's bytes (and can be sent from the tensor itself).
+    one tensor is exactly that tensor's bytes (and can be sent from the tensor itself). Only a
+    tensor's shape and dtype are read (a meta tensor will do). ``large_first=False`` keeps the
+    given order, so that tensors produced one at a time (``send_stream``) fill buckets in turn.
     """
     sizes: list[int] = []
     slots: list[TensorSlot] = []
-    # Tensors that fill a bucket alone go first: they leave at once, from their own memory, while
-    # the shared buckets after them are packed (the first bucket's packing would otherwise be idle time).
-    named = sorted(named, key=lambda item: item[1].numel() * item[1].element_size() < bucket_nbytes)
+    if large_first:
+        # Tensors that fill a bucket alone go first: they leave at once, from their own memory, while the
+        # shared buckets after them are packed (the first bucket's packing would otherwise be idle time).
+        named = sorted(named, key=lambda item: item[1].numel() * item[1].element_size() < bucket_nbytes)
     for name, tensor in named:
         nbytes = tensor.numel() * tensor.element_size()
         offset = _aligned(sizes[-1]) if sizes else 0
@@ -173,17 +178,34 @@ class WeightBroadcaster:
     def connected(self) -> bool:
         return self._group is not None
 
-    def plan(self, tensors: dict[str, torch.Tensor], version: int) -> WeightsAnnounce:
-        announce = plan_buckets(tensors.items(), self.bucket_nbytes, version)
+    def plan(self, tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]], version: int,
+             large_first: bool = True) -> WeightsAnnounce:
+        named = tensors.items() if isinstance(tensors, Mapping) else tensors
+        announce = plan_buckets(named, self.bucket_nbytes, version, large_first)
         return dataclasses.replace(announce, generation=self.generation)
 
-    def send(self, announce: WeightsAnnounce, tensors: dict[str, torch.Tensor]) -> None:
+    def send(self, announce: WeightsAnnounce, tensors: Mapping[str, torch.Tensor]) -> None:
         """Broadcast every bucket (after the announce went out); BroadcastFailed drops the group."""
+        self.send_stream(announce, ((slot.name, tensors[slot.name]) for slot in announce.slots))
+
+    def send_stream(self, announce: WeightsAnnounce, named: Iterator[tuple[str, torch.Tensor]]) -> None:
+        """Broadcast each bucket as soon as ``named``, yielding the tensors in slot order, completes it:
+        besides the buckets in flight only the one being filled is held. BroadcastFailed drops the
+        group; the caller drains ``named`` if producing it is a collective."""
         assert self._group is not None, "regroup() first"
+        slots_left = Counter(slot.bucket for slot in announce.slots)
         try:
             in_flight: list[tuple[dist.Work, torch.Tensor]] = []  # a buffer must outlive its collective
-            for bucket in range(len(announce.bucket_nbytes)):
-                buf = self._bucket_bytes(announce, bucket, tensors)  # packs while earlier buckets fly
+            filling: dict[str, torch.Tensor] = {}
+            for slot in announce.slots:
+                name, filling[slot.name] = next(named)
+                if name != slot.name:
+                    raise ValueError(f"tensor {name!r} arrived where the plan has {slot.name!r}")
+                slots_left[slot.bucket] -= 1
+                if slots_left[slot.bucket]:
+                    continue
+                buf = self._bucket_bytes(announce, slot.bucket, filling)  # packs while earlier buckets fly
+                filling = {}
                 if len(in_flight) == _MAX_IN_FLIGHT:
                     _finish(*in_flight.pop(0), self.timeout_s)
                 in_flight.append((_start_broadcast(self._group, buf), buf))
@@ -192,6 +214,8 @@ class WeightBroadcaster:
         except Exception as exc:
             _drop(self._group)
             self._group, self.members = None, []
+            if isinstance(exc, ValueError) and "arrived where the plan" in str(exc):
+                raise  # a caller's bug, not a peer's failure
             raise BroadcastFailed(f"broadcast of version {announce.version} failed: {exc}") from None
 
     def _bucket_bytes(self, announce: WeightsAnnounce, bucket: int, tensors: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -44,6 +44,7 @@ recorded before per-turn rewards were sent puts the episode reward on the last a
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def _check_batch(loss_mask: torch.Tensor, per_episode: torch.Tensor, name: str) -> None:
@@ -226,14 +227,7 @@ def assistant_returns(token_rewards: torch.Tensor, loss_mask: torch.Tensor, gamm
     skipped (no reward, no discount), see the module docstring.
     """
     _check_tokens(token_rewards, loss_mask, "token_rewards")
-    keep = loss_mask.bool()
-    returns = torch.zeros_like(token_rewards)
-    running = torch.zeros_like(token_rewards[:, 0])
-    for t in reversed(range(token_rewards.shape[1])):
-        step = token_rewards[:, t] + gamma * running
-        running = torch.where(keep[:, t], step, running)
-        returns[:, t] = torch.where(keep[:, t], step, torch.zeros_like(step))
-    return returns
+    return _assistant_discounted_sum(token_rewards, loss_mask.bool(), gamma)
 
 
 def whiten(values: torch.Tensor, loss_mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -272,18 +266,55 @@ def gae_advantages(
     """
     _check_tokens(token_rewards, loss_mask, "token_rewards")
     _check_tokens(values, loss_mask, "values")
-    keep = loss_mask.bool()
-    values = torch.where(keep, values.to(token_rewards.dtype), torch.zeros_like(token_rewards))
-    advantages = torch.zeros_like(token_rewards)
-    next_value = torch.zeros_like(token_rewards[:, 0])
-    running = torch.zeros_like(next_value)
-    for t in reversed(range(token_rewards.shape[1])):
-        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
-        step = delta + gamma * lam * running
-        running = torch.where(keep[:, t], step, running)
-        next_value = torch.where(keep[:, t], values[:, t], next_value)
-        advantages[:, t] = torch.where(keep[:, t], step, torch.zeros_like(step))
-    return advantages, advantages + values
+    keep, dtype = loss_mask.bool(), token_rewards.dtype
+    # float64 throughout, rounded once at the end: float32 deltas rounded before a long sum would drift
+    rewards = token_rewards.to(torch.float64)
+    values = torch.where(keep, values.to(torch.float64), torch.zeros_like(rewards))
+    # V of the next assistant token (0 after the last): env tokens in between take no step
+    width = keep.shape[1]
+    positions = torch.arange(width, device=keep.device).expand_as(keep)
+    later = torch.where(keep, positions, width).flip(1).cummin(dim=1).values.flip(1)  # first at or after t
+    following = F.pad(later[:, 1:], (0, 1), value=width)
+    next_value = F.pad(values, (0, 1)).gather(1, following)
+    deltas = torch.where(keep, rewards + gamma * next_value - values, torch.zeros_like(values))
+    advantages = _assistant_discounted_sum(deltas, keep, gamma * lam)
+    return advantages.to(dtype), (advantages + values).to(dtype)
+
+
+def _assistant_discounted_sum(x: torch.Tensor, keep: torch.Tensor, factor: float,
+                              chunk: int = 128) -> torch.Tensor:
+    """``y_t = x_t + factor * y_t'`` with ``t'`` the next kept position of the row -> [B, T] (0 off ``keep``).
+
+    Vectorised in place of a Python loop over T: each row's kept entries are packed to the left, then
+    swept from the right ``chunk`` at a time, each chunk one matmul with its ``factor ** (j - i)``
+    upper-triangular matrix plus the carry from the chunk after it. Sums run in float64 and round
+    once to ``x``'s dtype, so a float32 result is at least as exact as the float32 loop it replaces.
+    """
+    rows, width = keep.shape
+    if width == 0:
+        return torch.zeros_like(x)
+    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)  # kept first, in order
+    count = int(keep.sum(dim=1).max())
+    packed = torch.where(keep, x, torch.zeros_like(x)).gather(1, order)[:, :count].to(torch.float64)
+    size = max(1, min(chunk, count))
+    steps = torch.arange(size, dtype=torch.float64, device=x.device)
+    gap = steps[None, :] - steps[:, None]  # j - i
+    # float64 powers of a float factor; 0 ** 0 == 1 keeps factor == 0 the identity
+    discount = torch.where(gap >= 0, torch.tensor(float(factor), dtype=torch.float64).pow(gap.clamp(min=0)),
+                           torch.zeros_like(gap))
+    carry_scale = discount[:, -1] * float(factor)  # factor ** (size - i): how far the next chunk's head is
+    swept = torch.zeros_like(packed)
+    carry = torch.zeros(rows, dtype=torch.float64, device=x.device)
+    for end in range(count, 0, -size):
+        begin = max(0, end - size)
+        n = end - begin
+        block = packed[:, begin:end] @ discount[:n, :n].T + carry[:, None] * carry_scale[size - n:]
+        swept[:, begin:end] = block
+        carry = block[:, 0]
+    out = torch.zeros(x.shape, dtype=torch.float64, device=x.device)
+    out[:, :count] = swept
+    unpacked = torch.zeros_like(out).scatter_(1, order, out)
+    return torch.where(keep, unpacked, torch.zeros_like(unpacked)).to(x.dtype)
 
 
 def turn_returns(turn_rewards: torch.Tensor, turn_row: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -295,12 +326,20 @@ def turn_returns(turn_rewards: torch.Tensor, turn_row: torch.Tensor, gamma: floa
     if turn_rewards.dim() != 1 or turn_row.shape != turn_rewards.shape:
         raise ValueError(f"turn_rewards and turn_row must both be [N]; got {tuple(turn_rewards.shape)} "
                          f"and {tuple(turn_row.shape)}")
-    returns = torch.zeros_like(turn_rewards)
-    running: dict[int, torch.Tensor] = {}
-    for n in reversed(range(turn_rewards.shape[0])):
-        row = int(turn_row[n])
-        returns[n] = turn_rewards[n] + gamma * running.get(row, 0.0)
-        running[row] = returns[n]
+    if turn_rewards.numel() == 0:
+        return torch.zeros_like(turn_rewards)
+    # one row of a [rows, turns] grid per episode, its turns in order, then the token recursion
+    _, dense = torch.unique(turn_row, return_inverse=True)
+    by_row = torch.argsort(dense, stable=True)
+    starts = torch.searchsorted(dense[by_row], dense[by_row], side="left")
+    slot = torch.arange(len(by_row), device=dense.device) - starts
+    shape = (int(dense.max()) + 1, int(slot.max()) + 1)
+    grid = torch.zeros(shape, dtype=turn_rewards.dtype, device=turn_rewards.device)
+    keep = torch.zeros(shape, dtype=torch.bool, device=turn_rewards.device)
+    grid[dense[by_row], slot] = turn_rewards[by_row]
+    keep[dense[by_row], slot] = True
+    returns = torch.empty_like(turn_rewards)
+    returns[by_row] = _assistant_discounted_sum(grid, keep, gamma)[dense[by_row], slot]
     return returns
 
 

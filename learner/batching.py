@@ -1,8 +1,22 @@
 """Turn completed groups into one padded training batch.
 
 Episodes that did not end with status ``ok`` are excluded from the loss (their reward says
-nothing about the policy) but are counted in the rollout metrics. A group whose oldest token is
-more than ``max_policy_lag`` versions behind the learner is dropped whole and counted.
+nothing about the policy) but are counted in the rollout metrics.
+
+Staleness is judged per token: a sampled token more than ``max_policy_lag`` versions behind the
+learner is *stale*. Stale tokens leave the loss mask (no gradient, not in any loss denominator)
+and are counted (``async/stale_token_frac``); the rest of the episode trains. A long episode
+whose early turns were sampled several versions ago thus keeps its fresh late turns, instead of
+the whole group being thrown away for its oldest token, which biased training against the long
+episodes this project is for. Only a group with no fresh sampled token in any ok episode is
+dropped (``async/groups_dropped_stale``).
+
+Group-relative advantages treat a partly (or wholly) stale episode as a full member of its
+group: its reward is a fact of the episode whichever versions sampled it, so it stays in the
+group's baseline (GRPO mean and std, RLOO leave-one-out), and the episode's advantage is carried
+by its fresh tokens only. Dropping it from the baseline would shift its siblings' advantages
+and bring the bias back. Token-level estimators (REINFORCE++, GAE) see the masked loss mask, so
+an outcome reward sits on the last fresh token.
 """
 
 from __future__ import annotations
@@ -31,13 +45,14 @@ class Batch:
     group_index: torch.Tensor  # [B] long
     episodes: list[Trajectory]
     turns: BatchTurns | None = None  # every turn's reward and anchor state; None if not recorded
+    stale_tokens: int = 0  # sampled tokens taken off loss_mask as too stale (rank 0's count)
 
     def to(self, device: torch.device) -> Batch:
         """The same batch with every tensor on ``device`` (the learner's GPU, on GPU machines)."""
         moved = {name: getattr(self, name).to(device) for name in
                  ("token_ids", "attention_mask", "loss_mask", "behavior_logprobs", "token_versions", "rewards",
                   "group_index")}
-        return Batch(**moved, episodes=self.episodes, turns=self.turns)
+        return Batch(**moved, episodes=self.episodes, turns=self.turns, stale_tokens=self.stale_tokens)
 
 
 def policy_lag(episode: Trajectory, version: int) -> int:
@@ -46,17 +61,35 @@ def policy_lag(episode: Trajectory, version: int) -> int:
     return version - int(sampled.min()) if sampled.size else 0
 
 
+def fresh_token_mask(episode: Trajectory, min_version: int | None) -> np.ndarray:
+    """[T] bool: the episode's sampled tokens of version ``min_version`` or newer (all of them
+    when ``min_version`` is None)."""
+    sampled = episode.loss_mask.astype(bool)
+    return sampled if min_version is None else sampled & (episode.token_versions >= min_version)
+
+
+def stale_token_count(episode: Trajectory, min_version: int | None) -> int:
+    """Sampled tokens of ``episode`` older than ``min_version``."""
+    return int(episode.loss_mask.astype(bool).sum() - fresh_token_mask(episode, min_version).sum())
+
+
 def split_stale(groups: list[Group], version: int, max_lag: int) -> tuple[list[Group], list[Group]]:
-    fresh, stale = [], []
+    """(trainable, stale) groups at learner ``version``: a group is stale when no ok episode has
+    a sampled token at most ``max_lag`` versions old; partly stale groups are trainable
+    (``collate`` masks their stale tokens)."""
+    min_version = version - max_lag
+    trainable, stale = [], []
     for group in groups:
-        lag = max((policy_lag(e, version) for e in group.episodes), default=0)
-        (stale if lag > max_lag else fresh).append(group)
-    return fresh, stale
+        fresh = any(fresh_token_mask(e, min_version).any() for e in group.episodes if e.status == "ok")
+        (trainable if fresh else stale).append(group)
+    return trainable, stale
 
 
-def collate(groups: list[Group], format_coef: float = 0.0) -> Batch | None:
+def collate(groups: list[Group], format_coef: float = 0.0, min_version: int | None = None) -> Batch | None:
     """Pad the ok episodes of ``groups`` into a batch; None if none is trainable. ``format_coef``:
-    the rewards carry the format penalty (``learner/shaping.py``); the episodes stay as sent."""
+    the rewards carry the format penalty (``learner/shaping.py``); the episodes stay as sent.
+    ``min_version``: sampled tokens older than it are off the batch's ``loss_mask`` (stale) and
+    counted in ``Batch.stale_tokens``; None: none is."""
     rows = [(gi, e) for gi, g in enumerate(groups) for e in g.episodes if e.status == "ok"]
     if not rows:
         return None
@@ -71,14 +104,18 @@ def collate(groups: list[Group], format_coef: float = 0.0) -> Batch | None:
         return torch.from_numpy(out)
 
     lengths = torch.tensor([len(e.token_ids) for _, e in rows])
+    loss_mask = np.zeros((len(rows), width), dtype=np.float32)
+    for i, (_, e) in enumerate(rows):
+        loss_mask[i, : len(e.loss_mask)] = fresh_token_mask(e, min_version)
     return Batch(
         token_ids=pad("token_ids", 0, np.int64),
         attention_mask=(torch.arange(width)[None, :] < lengths[:, None]).long(),
-        loss_mask=pad("loss_mask", 0, np.float32),
+        loss_mask=torch.from_numpy(loss_mask),
         behavior_logprobs=pad("behavior_logprobs", 0.0, np.float32),
         token_versions=pad("token_versions", -1, np.int64),
         rewards=torch.tensor([reward for reward, _ in shaped], dtype=torch.float32),
         group_index=torch.tensor([gi for gi, _ in rows], dtype=torch.long),
         episodes=[e for _, e in rows],
         turns=batch_turns([e for _, e in rows], [gi for gi, _ in rows], [turn for _, turn in shaped]),
+        stale_tokens=sum(stale_token_count(e, min_version) for _, e in rows),
     )

@@ -30,8 +30,9 @@ class HorizonConfig:
     """``adaptive``: success plateaued if its mean over the newer half of the window exceeds
     the older half's by less than this."""
     min_stage_steps: int = 10
-    """``adaptive``: never raise before the stage is this many steps old; keep it at least
-    ``plateau_window + max_policy_lag`` so stale episodes of the old cap do not decide."""
+    """``adaptive``: never raise before the stage is this many steps old; at least
+    ``plateau_window + learner.max_policy_lag`` (0 in sync mode), checked when the config loads, so
+    stale episodes of the old cap do not decide."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ class LearnerConfig:
     """Gradient clipping threshold (global norm)."""
     mixed_precision: bool = False
     """Compute policy and critic in bfloat16 with float32 gradient reduction (FSDP2
-    ``MixedPrecisionPolicy``); master weights and optimizer state stay in the loaded dtype."""
+    ``MixedPrecisionPolicy``); master weights and optimizer state stay float32 (as always).
+    Implied by ``model.dtype: bfloat16``."""
     activation_checkpointing: bool = False
     """Recompute each decoder layer in backward instead of storing its activations (less
     memory, about one more forward pass of compute)."""
@@ -177,10 +179,17 @@ class LearnerConfig:
     """Gradient accumulation: each optimizer step runs a rank's rows in micro-batches of at most
     this many padded tokens (rows x longest row; a longer row goes alone); 0: all rows at once.
     The update is the same either way."""
+    reduce_gradients: str = "once_per_step"
+    """With several micro-batches: ``once_per_step`` reduce-scatters the gradients after the last
+    only (one reduction per optimizer step; in between each rank holds the unsharded gradients, the
+    model's size); ``every_micro_batch`` after each (only gradient shards are held): the choice when
+    memory, not the interconnect, is the limit (7B: about 28 GB of float32 gradients per rank)."""
     groups_per_step: int = 4
     """GRPO groups (task leases) in one learner batch."""
     max_policy_lag: int = 2
-    """Staleness bound S: no lease is admitted that could yield samples more than S versions old."""
+    """Staleness bound S: no lease is admitted that could yield samples more than S versions old;
+    a sampled token that still is (a long episode's early turns) is masked from the loss and
+    counted, and a group with no fresher token is dropped (``learner/batching.py``)."""
     lease_timeout_s: float = 120.0
     """A lease not returned by then is re-issued; late results are discarded and counted."""
     max_group_reissues: int = 3
@@ -232,6 +241,9 @@ class LearnerConfig:
             raise ValueError(f"learner.logprob_chunk_tokens must be >= 0 (0: off); got {self.logprob_chunk_tokens}")
         if self.micro_batch_tokens < 0:
             raise ValueError(f"learner.micro_batch_tokens must be >= 0 (0: off); got {self.micro_batch_tokens}")
+        if self.reduce_gradients not in ("once_per_step", "every_micro_batch"):
+            raise ValueError("learner.reduce_gradients must be once_per_step or every_micro_batch; got "
+                             f"{self.reduce_gradients!r}")
         if self.max_group_reissues < 0:
             raise ValueError(f"learner.max_group_reissues must be >= 0; got {self.max_group_reissues}")
         if self.sample_text_every < 0:

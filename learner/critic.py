@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoModel
 
-from learner.model import enable_activation_checkpointing, shard_layers_then_root
+from learner.model import computes_in_bfloat16, enable_activation_checkpointing, shard_layers_then_root
 
 
 class ValueModel(torch.nn.Module):
@@ -33,7 +33,8 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.value_head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        # use_cache=False: a training forward never decodes further, so a KV cache is only memory
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
         values = self.value_head(hidden[:, :-1]).squeeze(-1).float()
         return F.pad(values, (1, 0), value=0.0)
 
@@ -42,11 +43,11 @@ def load_sharded_critic(path: str, dtype: str, mixed_precision: bool = False,
                         activation_checkpointing: bool = False) -> ValueModel:
     """The backbone of the HF model at ``path`` plus a zero value head, sharded with FSDP2
     (precision and checkpointing as ``learner.model.load_sharded_model``)."""
-    backbone = AutoModel.from_pretrained(path, dtype=getattr(torch, dtype))
+    backbone = AutoModel.from_pretrained(path, dtype=torch.float32)  # float32 master weights
     if activation_checkpointing:
         enable_activation_checkpointing(backbone)
     model = ValueModel(backbone)
-    shard_layers_then_root(model, backbone.layers, mixed_precision)
+    shard_layers_then_root(model, backbone.layers, computes_in_bfloat16(dtype, mixed_precision))
     return model
 
 

@@ -38,6 +38,24 @@ def world() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def deal_by_tokens(lengths: torch.Tensor, world_size: int) -> list[torch.Tensor]:
+    """Rows (indices into ``lengths``, each rank's ascending) for each rank, balanced by tokens.
+
+    Greedy longest-first: each row, longest first (ties by index), goes to the rank with the
+    fewest tokens so far (ties: fewer rows, then the lower rank), so every rank computes the same
+    deal without talking, and a rank never waits on another that drew all the long episodes
+    (round-robin can hand one rank every long row). With at least ``world_size`` rows no rank is empty.
+    """
+    sizes, order = torch.sort(lengths.cpu(), descending=True, stable=True)
+    loads = [(0, 0, rank) for rank in range(world_size)]  # (tokens, rows, rank)
+    dealt: list[list[int]] = [[] for _ in range(world_size)]
+    for size, row in zip(sizes.tolist(), order.tolist()):
+        tokens, count, rank = min(loads)
+        dealt[rank].append(row)
+        loads[rank] = (tokens + size, count + 1, rank)
+    return [torch.tensor(sorted(rows), dtype=torch.long) for rows in dealt]
+
+
 def broadcast_command(command: Command | None = None, step: int = 0) -> tuple[Command, int]:
     """Rank 0 passes the command; every rank returns (command, step)."""
     header = torch.tensor([int(command or 0), step], dtype=torch.long)
@@ -81,10 +99,18 @@ def _broadcast_turns(turns: BatchTurns | None) -> BatchTurns | None:
 
 
 def mean_over_ranks(values: dict[str, float]) -> dict[str, float]:
-    """Average logged scalars over the learner ranks (each rank saw only its rows)."""
-    if world()[1] == 1 or not values:
+    """Combine logged scalars over the learner ranks (each rank saw only its rows): the mean,
+    except ``*_max`` (the maximum over ranks) and ``*_min`` (the minimum); a mean of per-rank
+    maxima would understate the batch's maximum."""
+    size = world()[1]
+    if size == 1 or not values:
         return values
-    keys = sorted(values)
-    tensor = torch.tensor([values[k] for k in keys], dtype=torch.float64)
-    dist.all_reduce(tensor)
-    return {k: float(v) / world()[1] for k, v in zip(keys, tensor)}
+    out = {}
+    for suffix, op in (("_max", dist.ReduceOp.MAX), ("_min", dist.ReduceOp.MIN), ("", dist.ReduceOp.SUM)):
+        keys = sorted(k for k in values if k not in out and k.endswith(suffix))
+        if not keys:  # the same on every rank: all skip together
+            continue
+        tensor = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+        dist.all_reduce(tensor, op=op)  # every rank logs the same keys, so all make the same calls
+        out.update({k: float(v) / (size if op == dist.ReduceOp.SUM else 1) for k, v in zip(keys, tensor)})
+    return out

@@ -19,7 +19,7 @@ from common.config import Config
 from common.models import resolve_model
 from learner.checkpoint import latest_complete
 from learner.distributed import Command, broadcast_batch, broadcast_command
-from learner.model import init_process_group
+from learner.model import init_process_group, use_deterministic_algorithms
 from learner.policy import ShardedPolicy
 
 log = logging.getLogger("learner")
@@ -33,7 +33,7 @@ class Follower:
         """Collective with rank 0's ``setup``: the group forms when every rank has joined."""
         torch.manual_seed(self.cfg.run.seed)
         torch.set_num_threads(self.cfg.learner.torch_threads)
-        torch.use_deterministic_algorithms(self.cfg.run.deterministic)
+        use_deterministic_algorithms(self.cfg.run.deterministic)
         init_process_group(self.rank, self.cfg.learner.num_ranks, *self.master)
         self.policy = ShardedPolicy(self.cfg, str(resolve_model(self.cfg.model.name, self.cfg.model.cache_dir)))
         if self.cfg.run.resume:
@@ -47,10 +47,10 @@ class Follower:
             if command is Command.TRAIN:
                 self.policy.train(broadcast_batch(None))
                 if not self.cfg.run.replay:
-                    self.policy.full_parameters()  # rank 0 gathers the weights for the actors
+                    self.policy.weights_for_actors().drain()  # rank 0 gathers the weights for the actors
                 steps += 1
             elif command is Command.GATHER:
-                self.policy.full_parameters()  # rank 0 resends the weights to actors that missed them
+                self.policy.weights_for_actors().drain()  # rank 0 resends the weights to actors that missed them
             elif command is Command.CHECKPOINT:
                 self.policy.save(self.run_dir, step, loop_state={})
             else:

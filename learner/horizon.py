@@ -20,12 +20,17 @@ so a raise decided there already applies to the leases issued after step ``s``.
 Resume: the stage at a step depends only on the step and on recorded events (the configured
 boundaries, or the steps at which the adaptive schedule advanced, kept in ``state_dict``).
 No schedule counts steps by itself, so a resumed run cannot drift from an uninterrupted one,
-unlike a scheduler with its own step counter that the resume code must re-sync.
+unlike a scheduler with its own step counter that the resume code must re-sync. Stepwise
+boundaries are resolved once: a checkpoint keeps the steps, so a resume with another
+``run.max_steps`` (an extended run) keeps the stages that ``boundary_fractions`` gave the first
+run. ``restore`` refuses a schedule whose stage or turn cap at the resumed step differs from
+the one the checkpoint recorded.
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
 import math
 from abc import ABC, abstractmethod
 from collections import deque
@@ -34,6 +39,8 @@ from typing import Any
 from learner.config import HorizonConfig
 
 KINDS = ("fixed", "stepwise", "adaptive")
+
+log = logging.getLogger(__name__)
 
 
 class HorizonConfigError(ValueError):
@@ -75,6 +82,22 @@ class HorizonSchedule(ABC):
         """JSON-able state for ``loop.json``; fixed and stepwise derive everything from the step."""
         return {"kind": self.kind}
 
+    def checkpoint_state(self, step: int) -> dict[str, Any]:
+        """``state_dict()`` plus the stage and turn cap after ``step``, which ``restore`` checks."""
+        return {**self.state_dict(), "stage": self.stage_at(step), "turn_cap": self.cap_at(step)}
+
+    def restore(self, state: dict[str, Any], step: int) -> None:
+        """Load ``checkpoint_state(step)`` output; the restored schedule must give the recorded stage
+        and turn cap at ``step``, else this run's ``learner.horizon`` is not the one checkpointed."""
+        self.load_state_dict(state)
+        recorded = (state.get("stage", self.stage_at(step)), state.get("turn_cap", self.cap_at(step)))
+        if recorded != (self.stage_at(step), self.cap_at(step)):
+            raise HorizonConfigError(
+                f"the checkpoint at step {step} recorded stage {recorded[0]} (turn cap {recorded[1]}) but this "
+                f"run's learner.horizon gives stage {self.stage_at(step)} (turn cap {self.cap_at(step)}); resume "
+                f"with the checkpointed schedule, or start a new run from the checkpoint's hf/ folder"
+            )
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore ``state_dict()`` output from a checkpoint of the same kind of schedule."""
         if not isinstance(state, dict) or state.get("kind") != self.kind:
@@ -102,10 +125,12 @@ class StepwiseHorizon(HorizonSchedule):
 
     kind = "stepwise"
 
-    def __init__(self, turn_caps: list[int], boundaries: list[int]) -> None:
+    def __init__(self, turn_caps: list[int], boundaries: list[int], boundary_fractions: list[float] = ()) -> None:
         super().__init__(turn_caps)
         _check_boundaries(self.turn_caps, list(boundaries))
         self.boundaries = list(boundaries)
+        # What ``boundaries`` were resolved from (empty: given in steps); a resume keeps the steps.
+        self.boundary_fractions = list(boundary_fractions)
 
     @classmethod
     def from_config(cls, config: HorizonConfig, max_steps: int | None = None) -> StepwiseHorizon:
@@ -114,10 +139,36 @@ class StepwiseHorizon(HorizonSchedule):
             raise HorizonConfigError(f"learner.horizon.kind is {config.kind!r}; build it with build_horizon")
         if config.boundary_fractions and max_steps is None:
             raise HorizonConfigError("boundary_fractions need run.max_steps: use build_horizon(config, max_steps)")
-        return cls(config.turn_caps, resolve_boundaries(config, max_steps or 0))
+        return cls(config.turn_caps, resolve_boundaries(config, max_steps or 0), config.boundary_fractions)
 
     def stage_starts(self) -> list[int]:
         return self.boundaries
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "boundaries": list(self.boundaries),
+                "boundary_fractions": list(self.boundary_fractions)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Keep the checkpoint's boundaries: fractions were resolved against the first run's
+        ``run.max_steps``, and resolving them again against an extended run would move them."""
+        super().load_state_dict(state)
+        if "boundaries" not in state:
+            return  # a checkpoint from before boundaries were saved: ``restore`` still checks the stage
+        saved = list(state["boundaries"])
+        _check_boundaries(self.turn_caps, saved)
+        saved_fractions = list(state.get("boundary_fractions", []))
+        if saved_fractions != self.boundary_fractions or (not saved_fractions and saved != self.boundaries):
+            raise HorizonConfigError(
+                f"the checkpoint's stepwise schedule has boundaries {saved} (boundary_fractions {saved_fractions}) "
+                f"but this run's learner.horizon gives boundaries {self.boundaries} (boundary_fractions "
+                f"{self.boundary_fractions}); a resume never moves a boundary, so resume with the checkpointed "
+                f"schedule or start a new run from the checkpoint's hf/ folder"
+            )
+        if saved != self.boundaries:
+            log.info("horizon: keeping the checkpoint's boundaries %s (boundary_fractions %s of the first run's "
+                     "run.max_steps); this run's max_steps would have given %s", saved, saved_fractions,
+                     self.boundaries)
+        self.boundaries = saved
 
 
 class AdaptiveHorizon(HorizonSchedule):
@@ -127,7 +178,8 @@ class AdaptiveHorizon(HorizonSchedule):
     stage; replaying the same observations from a restored state gives the same decisions.
     The window restarts at each raise, so a stage lasts at least ``plateau_window`` observed
     steps. Episodes in flight at a raise still ran under the old cap: ``min_stage_steps`` of at
-    least ``plateau_window + max_policy_lag`` keeps them out of the next decision.
+    least ``plateau_window + max_policy_lag`` keeps them out of the next decision (the run's
+    config refuses less, ``common/config.py``).
     """
 
     kind = "adaptive"
@@ -234,7 +286,7 @@ def build_horizon(config: HorizonConfig, max_steps: int) -> HorizonSchedule:
     if config.kind not in KINDS:
         raise HorizonConfigError(f"learner.horizon.kind must be one of {', '.join(KINDS)}; got {config.kind!r}")
     if config.kind == "stepwise":
-        return StepwiseHorizon(config.turn_caps, resolve_boundaries(config, max_steps))
+        return StepwiseHorizon(config.turn_caps, resolve_boundaries(config, max_steps), config.boundary_fractions)
     if config.boundaries or config.boundary_fractions:
         raise HorizonConfigError(
             f"learner.horizon: kind {config.kind!r} takes no boundaries; set boundaries: [] and "

@@ -6,8 +6,9 @@ copy is 10 GB, and several are alive at once. Here (``learner.logprob_chunk_toke
 
 1. the model runs as usual, except that its LM head, for this call only, receives the final
    hidden states and keeps those of positions whose *next* token is in the loss mask;
-2. the head's weight is applied to ``chunk_tokens`` of them at a time, each chunk's logits
-   upcast to float32 (under mixed precision too), divided by the temperature, log-softmaxed,
+2. the head's weight is applied to ``chunk_tokens`` of them at a time, in float32 (hidden states
+   and weight upcast first: under bfloat16 compute a bfloat16 matmul would round every logit to
+   8 bits, noise of about 1e-2 in each logprob), divided by the temperature, log-softmaxed,
    the sampled token's logprob gathered (and the entropy taken), then freed;
 3. with gradients, each chunk is checkpointed: its backward recomputes its logits, so only one
    chunk's [C, V] float32 tensors are alive at a time (two in forward, about four in its
@@ -44,7 +45,13 @@ def sequence_logprobs(model: torch.nn.Module, token_ids: torch.Tensor, attention
     the same pass over each chunk; ``with_entropy=False`` skips it (zeros; chunked path only).
     """
     if chunk_tokens <= 0:
-        logits = model(input_ids=token_ids, attention_mask=attention_mask).logits
+        head = model.get_output_embeddings()
+        if isinstance(head, torch.nn.Linear):  # float32 logits under bfloat16 compute too (step 2 above)
+            head.forward = lambda hidden: F.linear(hidden.float(), head.weight.float(), _float(head.bias))
+        try:
+            logits = model(input_ids=token_ids, attention_mask=attention_mask, use_cache=False).logits
+        finally:
+            head.__dict__.pop("forward", None)
         entropy = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)
         return token_logprobs(logits, token_ids, temperature), entropy
     if temperature <= 0:
@@ -57,8 +64,10 @@ def sequence_logprobs(model: torch.nn.Module, token_ids: torch.Tensor, attention
     head = model.get_output_embeddings()
 
     def logprobs_at_loss_positions(hidden: torch.Tensor) -> torch.Tensor:
-        picked, entropy = _chunked_head(hidden[rows, columns], head.weight, head.bias, targets, temperature,
-                                        chunk_tokens, "grad" if entropy_grad else "metric" if with_entropy else "none")
+        # One float32 copy of the weight for all chunks: its gradient also accumulates in float32.
+        entropy_mode = "grad" if entropy_grad else "metric" if with_entropy else "none"
+        picked, entropy = _chunked_head(hidden[rows, columns].float(), head.weight.float(), _float(head.bias),
+                                        targets, temperature, chunk_tokens, entropy_mode)
         if picked.numel() == 0 and torch.is_grad_enabled():
             # Nothing to score, but the backward must still pass every layer: FSDP's collectives
             # are made in backward, and every rank must make them (a rank's stand-in micro-batch).
@@ -69,7 +78,7 @@ def sequence_logprobs(model: torch.nn.Module, token_ids: torch.Tensor, attention
 
     head.forward = logprobs_at_loss_positions  # this call only: the model's output is ours
     try:
-        both = model(input_ids=token_ids, attention_mask=attention_mask).logits
+        both = model(input_ids=token_ids, attention_mask=attention_mask, use_cache=False).logits
     finally:
         del head.forward
     return both[0], both[1] if entropy_grad else both[1].detach()
@@ -111,6 +120,10 @@ def _head_chunk(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor |
         if entropy == "metric":
             return picked, -log_probs.exp().mul_(log_probs).sum(dim=-1)
         return picked, torch.zeros_like(picked)
+
+
+def _float(bias: torch.Tensor | None) -> torch.Tensor | None:
+    return None if bias is None else bias.float()
 
 
 def _check_plain_head(model: torch.nn.Module) -> None:

@@ -5,8 +5,9 @@
 2. Start the data source: the head (``learner/head.py``: leases and trajectory ingest over
    ZeroMQ) or, with ``--replay``, a recorded trajectory stream (``learner/replay.py``).
 3. Until ``run.max_steps`` (or ``run.max_wall_s`` seconds):
-   a. take ``groups_per_step`` completed GRPO groups; drop (and count) any group whose oldest
-      token is more than ``max_policy_lag`` versions old;
+   a. take ``groups_per_step`` completed GRPO groups; sampled tokens more than ``max_policy_lag``
+      versions old leave the loss mask (counted), a group with no fresh token left is dropped
+      (counted; ``learner/batching.py``);
    b. broadcast the batch to the followers; advantages, PPO-clip loss against the behavior
       logprobs with a truncated importance weight, masked to assistant tokens; AdamW step;
    c. version v becomes v+1 (every step trains: a group with no ok episode is released before it
@@ -46,13 +47,13 @@ from common.net import free_port
 from common.transport import bind_random, configure
 from common.weight_sync import WeightBroadcaster
 from envhub.registry import task_ids
-from learner.batching import collate, split_stale
+from learner.batching import collate, split_stale, stale_token_count
 from learner.checkpoint import latest_complete
 from learner.distributed import Command, broadcast_batch, broadcast_command
 from learner.evaluation import build_eval_rounds
 from learner.head import Group, HeadServer
 from learner.horizon import build_horizon
-from learner.model import init_process_group
+from learner.model import init_process_group, use_deterministic_algorithms
 from learner.policy import ShardedPolicy
 from learner.replay import ReplaySource
 from learner.rollout_metrics import rollout_scalars
@@ -77,7 +78,7 @@ class Learner:
                  master: tuple[str, int] | None = None, host: str = "127.0.0.1"):
         self.cfg, self.run_dir, self.envhub_url, self.host = cfg, Path(run_dir), envhub_url, host
         self.master = master
-        self.step, self.version, self._dropped_stale = 0, 0, 0
+        self.step, self.version, self._dropped_stale, self._stale_tokens = 0, 0, 0, 0
         self._dropped_failed, self._failed_episodes = 0, []  # groups with no ok episode; metrics-only
         self._last_resend_s, self._weight_resends = 0.0, 0
         self._progress: dict = {"step": 0}
@@ -90,7 +91,7 @@ class Learner:
         cfg = self.cfg
         torch.manual_seed(cfg.run.seed)
         torch.set_num_threads(cfg.learner.torch_threads)
-        torch.use_deterministic_algorithms(self.cfg.run.deterministic)
+        use_deterministic_algorithms(self.cfg.run.deterministic)
         init_process_group(0, cfg.learner.num_ranks, *(self.master or (self.host, free_port(self.host))))
         self.model_path = str(resolve_model(cfg.model.name, cfg.model.cache_dir))
         self._tokenizer = None  # loaded for the first sample text
@@ -147,7 +148,7 @@ class Learner:
         state = self.policy.load(folder)
         self.step, self.version = state["step"], state["version"]
         self.source.load_state_dict(state["source"])
-        self.horizon.load_state_dict(state["horizon"])
+        self.horizon.restore(state["horizon"], self.step)
         log.info("resumed from %s at step %d", folder, self.step)
         return str(folder / "hf")
 
@@ -206,11 +207,14 @@ class Learner:
                     group.lease.env_id, first.status, first.error[:200])
 
     def _drop_stale(self, groups: list[Group]) -> list[Group]:
+        """Release (and count) the groups with no fresh token left; stale tokens of the others are
+        masked by ``collate``. Any stale token may mean actors lack the current weights."""
         fresh, stale = split_stale(groups, self.version, self.max_policy_lag)
         for group in stale:
             self.source.release(group)
         self._dropped_stale += len(stale)
-        if stale:
+        min_version = self.version - self.max_policy_lag
+        if stale or any(stale_token_count(e, min_version) for g in fresh for e in g.episodes if e.status == "ok"):
             self._resend_if_actors_behind()
         return fresh
 
@@ -233,7 +237,12 @@ class Learner:
         t0 = time.monotonic()
         episodes, self._failed_episodes = self._failed_episodes + [e for g in groups for e in g.episodes], []
         scalars = rollout_scalars(episodes, self.version)
-        batch = collate(groups, self.cfg.learner.algorithm.format_coef)  # every group has an ok episode (``_drop_failed``)
+        # Every group has an ok episode (``_drop_failed``); replay trains on the recorded tokens as they are.
+        min_version = self.version - self.max_policy_lag if self.live else None
+        batch = collate(groups, self.cfg.learner.algorithm.format_coef, min_version)
+        self._stale_tokens += batch.stale_tokens
+        sampled = sum(int(e.loss_mask.sum()) for e in batch.episodes)
+        scalars["async/stale_token_frac"] = batch.stale_tokens / max(sampled, 1)
         broadcast_command(Command.TRAIN, self.step)
         scalars.update(self.policy.train(broadcast_batch(batch)))
         self.trained_log.record(batch, self.policy.trainer.last_advantages, self.step + 1)
@@ -300,8 +309,8 @@ class Learner:
 
     def _broadcast_weights(self) -> None:
         """Send the new version to the weight group (``learner/weight_publisher.py``)."""
-        tensors = self.policy.full_parameters()  # a collective: the followers gather too
-        self.weights.publish(tensors, self.version)
+        # gathered bucket by bucket as they are sent, a collective: the followers gather too
+        self.weights.publish(self.policy.weights_for_actors(), self.version)
 
     def _loop_scalars(self, episodes, wait_s: float, train_s: float, broadcast_s: float, turn_cap: int) -> dict:
         step_s = wait_s + train_s + broadcast_s
@@ -312,6 +321,7 @@ class Learner:
             "perf/tokens_per_s": sum(len(e.token_ids) for e in episodes) / max(step_s, 1e-9),
             "horizon/turn_cap": turn_cap, "horizon/stage": self.horizon.stage_at(self.step),
             "async/groups_dropped_stale": self._dropped_stale, "async/groups_dropped_failed": self._dropped_failed,
+            "async/stale_tokens_masked": self._stale_tokens,
         }
         if self.live:
             out.update({
@@ -346,8 +356,7 @@ class Learner:
     def _checkpoint(self) -> Path:
         broadcast_command(Command.CHECKPOINT, self.step)
         loop_state = {"step": self.step, "version": self.version, "source": self.source.state_dict(),
-                      "horizon": {**self.horizon.state_dict(), "stage": self.horizon.stage_at(self.step),
-                                  "turn_cap": self.horizon.cap_at(self.step)}}
+                      "horizon": self.horizon.checkpoint_state(self.step)}
         return self.policy.save(self.run_dir, self.step, loop_state)
 
     def _finish(self) -> None:

@@ -7,6 +7,7 @@ collective over the learner group says so.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import torch
@@ -17,8 +18,10 @@ from common.config import Config
 from learner.batching import Batch
 from learner.checkpoint import save_checkpoint
 from learner.distributed import mean_over_ranks, world
-from learner.model import full_parameters
+from learner.model import UnshardedParameters
 from learner.train_step import Trainer
+
+log = logging.getLogger(__name__)
 
 
 class ShardedPolicy:
@@ -38,16 +41,20 @@ class ShardedPolicy:
         trains on its own rows and the update equals the one-rank update."""
         return mean_over_ranks(self.trainer.step(batch))
 
-    def full_parameters(self) -> dict[str, torch.Tensor]:
-        """Unsharded weights (collective)."""
-        return full_parameters(self.model)
+    def weights_for_actors(self) -> UnshardedParameters:
+        """Unsharded weights in ``model.dtype``, the actors' (the float32 masters stay here), gathered
+        one parameter at a time as iterated, each shard cast before its gather (collective: every
+        rank iterates it to the end, a follower with ``drain``)."""
+        return UnshardedParameters(self.model, getattr(torch, self.cfg.model.dtype))
 
     def save(self, run_dir: Path, step: int, loop_state: dict) -> Path:
         """A checkpoint folder (collective); rank 0 adds loop state, ``hf/`` and ``COMPLETE``."""
-        return save_checkpoint(run_dir, step, self._modules(), loop_state, self.model_path)
+        return save_checkpoint(run_dir, step, self._modules(), loop_state, self.model_path,
+                               rng_state=self.trainer.rng_state())
 
     def load(self, folder: Path) -> dict:
-        """Restore every module, optimizer and the RNG from ``folder`` (collective); returns the loop state."""
+        """Restore every module, optimizer and the RNGs (torch's and the trainer's minibatch shuffle)
+        from ``folder`` (collective); returns the loop state."""
         modules = self._modules()
         state = {name: _state_of(*pair) for name, pair in modules.items()}
         dcp.load(state, checkpoint_id=str(folder / "state"))
@@ -56,7 +63,14 @@ class ShardedPolicy:
                            optim_state_dict=state[name]["optim"])
         rng_file = folder / f"rng_rank{world()[0]}.pt"
         if rng_file.exists():
-            torch.set_rng_state(torch.load(rng_file))
+            rng = torch.load(rng_file)
+            if isinstance(rng, torch.Tensor):  # written before the trainer's generators were saved
+                log.warning("%s holds only torch's RNG: the minibatch order after this resume differs from "
+                            "an uninterrupted run's", rng_file)
+                rng = {"torch": rng}
+            else:
+                self.trainer.load_rng_state(rng)
+            torch.set_rng_state(rng["torch"])
         return json.loads((folder / "loop.json").read_text())
 
     def _modules(self) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer]]:

@@ -16,7 +16,7 @@ from learner.model import load_sharded_model
 def load_reference_model(path: str, dtype: str, mixed_precision: bool = False) -> torch.nn.Module:
     """The HF model at ``path``, sharded, frozen and in eval mode; computing in the same precision
     as the policy, so the KL starts at exactly 0."""
-    model = load_sharded_model(path, dtype, mixed_precision=mixed_precision)
+    model = load_sharded_model(path, dtype, mixed_precision=mixed_precision, frozen=True)
     model.requires_grad_(False)
     return model.eval()
 

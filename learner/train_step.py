@@ -59,7 +59,7 @@ from learner.advantages import (
 from learner.batching import Batch
 from learner.config import LearnerConfig
 from learner.critic import Critic
-from learner.distributed import world
+from learner.distributed import deal_by_tokens, world
 from learner.logprobs import sequence_logprobs
 from learner.losses import (
     aggregate_parts,
@@ -138,6 +138,15 @@ class Trainer:
         reference = load_reference_model(model_path, dtype, cfg.mixed_precision) if alg.kl_coef > 0 else None
         return cls(policy, optimizer, cfg, temperature, critic, reference, max_episode_tokens=max_episode_tokens)
 
+    def rng_state(self) -> dict[str, torch.Tensor]:
+        """The generators a checkpoint must hold beside torch's global RNG: the minibatch shuffle
+        advances every step, and restarted from its seed it would split the next batch differently."""
+        return {"minibatch_shuffle": self._shuffle.get_state()}
+
+    def load_rng_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore ``rng_state()`` output."""
+        self._shuffle.set_state(state["minibatch_shuffle"])
+
     def step(self, batch: Batch) -> dict[str, float]:
         """All passes over the whole ``batch`` (a collective over the learner ranks).
 
@@ -154,7 +163,7 @@ class Trainer:
         updates = []
         for _ in range(self.cfg.algorithm.ppo_epochs):
             for share in self._shares(batch.token_ids.shape[0]):
-                rows, real = self._my_rows(share)
+                rows, real = self._my_rows(share, batch)
                 micro_batches = self._micro_batches(batch, rows)
                 stats = self._update_policy(batch, constants, rows, real, micro_batches)
                 if self.critic is not None:
@@ -190,17 +199,19 @@ class Trainer:
         """``forward(ids, attention, loss_mask) -> [b, width]`` on this rank's rows, gathered for all
         [B, T] rows.
 
-        Runs in the micro-batches of ``micro_batch_tokens`` when set, else in minibatch-sized
-        shares (bounded memory); every rank pads its rows to the same count with row 0, and its
-        micro-batches to the same number (results dropped), so all make the same FSDP collectives.
+        Rows are dealt to ranks balanced by tokens (``deal_by_tokens``). Runs in the micro-batches
+        of ``micro_batch_tokens`` when set (padded to the same number on every rank with stand-ins,
+        results dropped), else in minibatch-sized shares (bounded memory) of this rank's rows padded
+        to the same count with row 0, so all ranks make the same FSDP collectives.
         """
         num_rows, width = batch.token_ids.shape
-        per_rank = -(-num_rows // self.world_size)
-        mine = torch.arange(self.rank, num_rows, self.world_size)
+        dealt = deal_by_tokens(batch.attention_mask.sum(dim=1), self.world_size)
+        per_rank = max(len(rows) for rows in dealt)
+        mine = dealt[self.rank].to(batch.token_ids.device)
         padded = torch.cat([mine, mine.new_zeros(per_rank - len(mine))])
         if self.cfg.micro_batch_tokens > 0:
             local = torch.zeros((per_rank, width), device=batch.token_ids.device)
-            for micro in self._micro_batches(batch, padded):
+            for micro in self._micro_batches(batch, mine if len(mine) else padded[:1]):
                 rows = padded[micro.positions]
                 out = forward(batch.token_ids[rows, :micro.width], batch.attention_mask[rows, :micro.width],
                               batch.loss_mask[rows, :micro.width])
@@ -215,8 +226,8 @@ class Trainer:
         parts = [torch.empty_like(local) for _ in range(self.world_size)]
         dist.all_gather(parts, local.contiguous())
         out = local.new_empty((num_rows, local.shape[1]))
-        for rank, part in enumerate(parts):
-            out[rank::self.world_size] = part[: len(range(rank, num_rows, self.world_size))]
+        for rows, part in zip(dealt, parts):
+            out[rows.to(out.device)] = part[: len(rows)]
         return out
 
     def _advantages(self, batch: Batch, proximal, reference, old_values):
@@ -259,10 +270,12 @@ class Trainer:
         order = torch.randperm(num_rows, generator=self._shuffle)
         return list(order.tensor_split(min(self.cfg.algorithm.minibatches, num_rows)))
 
-    def _my_rows(self, share: torch.Tensor) -> tuple[torch.Tensor, bool]:
-        """This rank's rows of ``share``; a rank without any gets row 0 with ``real == False``
-        (FSDP needs every rank in forward and backward; a zero mask makes it count for nothing)."""
-        rows = share[self.rank::self.world_size]
+    def _my_rows(self, share: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, bool]:
+        """This rank's rows of ``share``, dealt balanced by tokens (``deal_by_tokens``); a rank
+        without any gets row 0 with ``real == False`` (FSDP needs every rank in forward and
+        backward; a zero mask makes it count for nothing)."""
+        lengths = batch.attention_mask[share].sum(dim=1)
+        rows = share[deal_by_tokens(lengths, self.world_size)[self.rank].to(share.device)]
         return (rows, True) if len(rows) else (share[:1], False)
 
     # ------------------------------------------------------------------ per optimizer step
@@ -276,9 +289,10 @@ class Trainer:
         count = torch.tensor(len(plan))
         if self.world_size > 1 and self.cfg.micro_batch_tokens > 0:
             dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        # A whole real row, not a cut one: a stand-in made of padding alone could attend to
-        # nothing and turn NaN in the backward even with a zero mask.
-        dummy = MicroBatch(torch.zeros(1, dtype=torch.long), int(lengths[0]), True)
+        # The first two tokens of a real row (rows are right-padded): a stand-in of padding alone
+        # could attend to nothing and turn NaN in the backward even with a zero mask, and a whole
+        # row would cost as much as a real micro-batch for nothing.
+        dummy = MicroBatch(torch.zeros(1, dtype=torch.long), max(1, min(2, int(lengths[0]))), True)
         return plan + [dummy] * (int(count) - len(plan))
 
     def _update_policy(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, real: bool,
@@ -295,7 +309,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         logprobs, entropy = torch.zeros_like(mask), torch.zeros_like(mask)
         losses = {"loss": 0.0, "pg_loss": 0.0}
-        for micro in micro_batches:
+        for index, micro in enumerate(micro_batches):
+            self._reduce_gradients_after(self.policy, index, len(micro_batches))
             out = self._policy_backward(batch, constants, rows[micro.positions], keep[micro.positions],
                                         micro, denominator)
             for key in losses:
@@ -367,7 +382,8 @@ class Trainer:
         denominator = self._denominator(mask, real)
         self.critic.optimizer.zero_grad(set_to_none=True)
         values, total = torch.zeros_like(mask), 0.0
-        for micro in micro_batches:
+        for index, micro in enumerate(micro_batches):
+            self._reduce_gradients_after(self.critic.model, index, len(micro_batches))
             at, width = micro.positions, micro.width
             micro_mask = mask[at, :width] * float(not micro.dummy)
             predicted = self.critic.model(batch.token_ids[rows[at], :width], batch.attention_mask[rows[at], :width])
@@ -382,6 +398,14 @@ class Trainer:
         stats["value_loss"] = total
         stats["critic_grad_norm"], _ = _clip_and_step(self.critic.model, self.critic.optimizer, self.cfg.max_grad_norm)
         return stats
+
+    def _reduce_gradients_after(self, model: torch.nn.Module, index: int, count: int) -> None:
+        """Whether micro-batch ``index`` of ``count`` reduce-scatters its gradients (FSDP2's
+        ``set_requires_gradient_sync``): with ``reduce_gradients: once_per_step`` only the last does,
+        the earlier ones accumulate unreduced gradients. Every rank has the same count."""
+        set_sync = getattr(model, "set_requires_gradient_sync", None)
+        if set_sync is not None:
+            set_sync(index == count - 1 or self.cfg.reduce_gradients == "every_micro_batch")
 
     def _denominator(self, keep: torch.Tensor, real: bool) -> torch.Tensor:
         """The ``loss_agg`` denominator of the whole share (summed over ranks), over world size.

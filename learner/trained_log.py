@@ -24,11 +24,14 @@ TRAINED_FILE = "trained.msgpack"
 
 
 def trained_samples(batch: Batch, advantages: torch.Tensor, learner_step: int) -> list[TrainedSample]:
-    """One record per row of ``batch``; ``advantages`` is the update's ``[B, T]`` token advantages."""
+    """One record per row of ``batch``; ``advantages`` is the update's ``[B, T]`` token advantages.
+    Every action token of the episode gets a value, in order: a token too stale to train on (off
+    the batch's loss mask, ``learner/batching.py``) shows 0, as it moved nothing."""
     samples = []
     for row, episode in enumerate(batch.episodes):
-        on_actions = batch.loss_mask[row] > 0
-        token_advantages = advantages[row][on_actions].detach().to(torch.float32).cpu().numpy()
+        on_actions = torch.from_numpy(episode.loss_mask.astype(bool))
+        token_advantages = advantages[row][: len(on_actions)][on_actions.to(advantages.device)]
+        token_advantages = token_advantages.detach().to(torch.float32).cpu().numpy()
         mean = float(token_advantages.mean()) if token_advantages.size else 0.0
         samples.append(TrainedSample(
             lease_id=episode.lease_id, group_id=episode.group_id, episode_index=episode.episode_index,

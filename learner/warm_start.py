@@ -89,7 +89,7 @@ def sft_loss(model, rows: list[tuple[list[int], list[int]]], observation_weight:
         ids[row, : len(token_ids)] = torch.tensor(token_ids)
         mask[row, : len(loss_mask)] = torch.tensor(loss_mask, dtype=torch.float)
         attention[row, : len(token_ids)] = 1
-    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+    logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1].float()
     per_token = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
     target_mask, real = mask[:, 1:], attention[:, 1:].float()
     action_loss = (per_token * target_mask).sum() / target_mask.sum()

@@ -14,13 +14,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 import zmq
 
 from common import protocol
 from common.weight_sync import BroadcastFailed, WeightBroadcaster
+from learner.model import UnshardedParameters
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +37,22 @@ class WeightPublisher:
         self.actors_behind = False
         """The last publish reached nobody or failed: some actor may lack the current weights."""
 
-    def publish(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+    def publish(self, tensors: Mapping[str, torch.Tensor] | UnshardedParameters, version: int) -> None:
         """Send ``version`` to the group, re-formed first when actors asked to join. Every wait is
-        bounded by the broadcast deadline, so a dead actor never hangs the learner."""
+        bounded by the broadcast deadline, so a dead actor never hangs the learner.
+
+        ``UnshardedParameters`` are gathered one at a time and each bucket leaves as soon as it is
+        full, so no rank ever holds the whole model; the gather is a collective, so it runs to the
+        end whatever happens to the broadcast (nobody to send to, a failed group)."""
+        specs = list(tensors.items()) if isinstance(tensors, Mapping) else tensors.specs()
+        stream = iter(tensors.items() if isinstance(tensors, Mapping) else tensors)
+        try:
+            self._publish(specs, stream, version)
+        finally:
+            deque(stream, maxlen=0)
+
+    def _publish(self, specs: list[tuple[str, torch.Tensor]], stream: Iterator[tuple[str, torch.Tensor]],
+                 version: int) -> None:
         joins = self._take_join_requests()
         members = sorted(set(self.broadcaster.members) | joins)
         if not members:
@@ -49,9 +64,10 @@ class WeightPublisher:
                                            members=members)
                 self.pub.send(protocol.encode(regroup))
                 self.broadcaster.regroup(members)
-            announce = self.broadcaster.plan(tensors, version)
+            # buckets in the order the stream gathers them: each leaves as soon as it is full
+            announce = self.broadcaster.plan(specs, version, large_first=False)
             self.pub.send(protocol.encode(announce))
-            self.broadcaster.send(announce, tensors)
+            self.broadcaster.send_stream(announce, stream)
             self.actors_behind = False
         except BroadcastFailed as exc:
             self.actors_behind = True

@@ -279,3 +279,82 @@ def test_a_turn_without_sampled_tokens_credits_a_nearby_token_so_no_reward_is_lo
     # turn 1 has no earlier token: the row's first one; turn 3: the last token before it
     assert token_rewards[0, 2].item() == pytest.approx(0.1) and token_rewards[0, 3].item() == pytest.approx(0.6)
     assert token_rewards.sum().item() == pytest.approx(0.7)
+
+
+def _loop_returns(token_rewards, loss_mask, gamma):
+    """The Python loop over T that ``assistant_returns`` replaced: the reference it must equal."""
+    keep = loss_mask.bool()
+    returns, running = torch.zeros_like(token_rewards), torch.zeros_like(token_rewards[:, 0])
+    for t in reversed(range(token_rewards.shape[1])):
+        step = token_rewards[:, t] + gamma * running
+        running = torch.where(keep[:, t], step, running)
+        returns[:, t] = torch.where(keep[:, t], step, torch.zeros_like(step))
+    return returns
+
+
+def _loop_gae(token_rewards, values, loss_mask, gamma, lam):
+    """The Python loop over T that ``gae_advantages`` replaced."""
+    keep = loss_mask.bool()
+    values = torch.where(keep, values.to(token_rewards.dtype), torch.zeros_like(token_rewards))
+    advantages = torch.zeros_like(token_rewards)
+    next_value, running = torch.zeros_like(token_rewards[:, 0]), torch.zeros_like(token_rewards[:, 0])
+    for t in reversed(range(token_rewards.shape[1])):
+        step = token_rewards[:, t] + gamma * next_value - values[:, t] + gamma * lam * running
+        running = torch.where(keep[:, t], step, running)
+        next_value = torch.where(keep[:, t], values[:, t], next_value)
+        advantages[:, t] = torch.where(keep[:, t], step, torch.zeros_like(step))
+    return advantages, advantages + values
+
+
+def _loop_turn_returns(turn_rewards, turn_row, gamma):
+    returns, running = torch.zeros_like(turn_rewards), {}
+    for n in reversed(range(turn_rewards.shape[0])):
+        returns[n] = turn_rewards[n] + gamma * running.get(int(turn_row[n]), 0.0)
+        running[int(turn_row[n])] = returns[n]
+    return returns
+
+
+def _random_episodes(seed, rows=5, width=300):
+    # widths past the 128-token sweep chunk; a row with no assistant token; env gaps of any length
+    generator = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(rows, width, generator=generator) < 0.6).float()
+    mask[0] = 0
+    return (torch.randn(rows, width, generator=generator, dtype=torch.float64), mask,
+            torch.randn(rows, width, generator=generator, dtype=torch.float64))
+
+
+# float64 sums in a different order agree to rounding; float32 results round once from the float64 sum
+TOLERANCE = {torch.float64: dict(rtol=1e-12, atol=1e-12), torch.float32: dict(rtol=1e-6, atol=1e-6)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("gamma,lam", [(1.0, 1.0), (0.97, 0.95), (0.5, 0.0), (0.0, 0.9)])
+def test_vectorised_returns_and_gae_equal_the_loop_over_tokens(dtype, gamma, lam):
+    for seed in range(3):
+        rewards, mask, values = _random_episodes(seed)
+        expected_returns = _loop_returns(rewards, mask, gamma)  # float64 reference
+        expected_gae = _loop_gae(rewards, values, mask, gamma, lam)
+        returns = assistant_returns(rewards.to(dtype), mask, gamma)
+        advantages, targets = gae_advantages(rewards.to(dtype), values.to(dtype), mask, gamma, lam)
+        assert returns.dtype == advantages.dtype == targets.dtype == dtype
+        torch.testing.assert_close(returns, expected_returns.to(dtype), **TOLERANCE[dtype])
+        torch.testing.assert_close(advantages, expected_gae[0].to(dtype), **TOLERANCE[dtype])
+        torch.testing.assert_close(targets, expected_gae[1].to(dtype), **TOLERANCE[dtype])
+        assert (returns[mask == 0] == 0).all() and (advantages[mask == 0] == 0).all()
+
+
+def test_vectorised_returns_with_gamma_one_equal_the_loop_bit_for_bit():
+    # integer-valued rewards: every partial sum is exact, so any summation order gives the same bits
+    rewards, mask, _ = _random_episodes(7)
+    rewards = rewards.mul(8).round().float()
+    assert torch.equal(assistant_returns(rewards, mask, 1.0), _loop_returns(rewards, mask, 1.0))
+
+
+def test_vectorised_turn_returns_equal_the_loop_over_turns():
+    generator = torch.Generator().manual_seed(3)
+    rows = torch.randint(0, 7, (400,), generator=generator) * 3  # sparse, interleaved labels
+    rewards = torch.randn(400, generator=generator, dtype=torch.float64)
+    for gamma in (1.0, 0.9, 0.0):
+        torch.testing.assert_close(turn_returns(rewards, rows, gamma), _loop_turn_returns(rewards, rows, gamma),
+                                   **TOLERANCE[torch.float64])
+    assert turn_returns(torch.zeros(0), torch.zeros(0, dtype=torch.long), 0.9).shape == (0,)

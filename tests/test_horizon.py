@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from common.config import load_config
+from common.config import ConfigError, load_config
 from learner.config import HorizonConfig
 from learner.horizon import (
     AdaptiveHorizon,
@@ -34,12 +34,13 @@ def feed(horizon, steps, truncated, success) -> list[int]:
     return caps
 
 
-def resumed_caps(make, resume_step: int, last_step: int, truncated, success) -> list[int]:
-    """Caps at steps 1..last_step with a checkpoint (JSON, as in loop.json) and restart after ``resume_step``."""
+def resumed_caps(make, resume_step: int, last_step: int, truncated, success, make_resumed=None) -> list[int]:
+    """Caps at steps 1..last_step with a checkpoint (JSON, as in loop.json) and restart after ``resume_step``;
+    ``make_resumed`` builds the restarted schedule (default ``make``: the same settings)."""
     first = make()
     caps = feed(first, range(1, resume_step + 1), truncated, success)
     state = json.loads(json.dumps(first.state_dict()))
-    second = make()
+    second = (make_resumed or make)()
     second.load_state_dict(state)
     return caps + feed(second, range(resume_step + 1, last_step + 1), truncated, success)
 
@@ -271,3 +272,48 @@ def test_adaptive_resume_at_every_step_gives_the_uninterrupted_caps():
     assert horizon.stage_starts() == [10, 26]  # real boundaries for the resumes to straddle
     for resume_step in range(0, 40):
         assert resumed_caps(adaptive, resume_step, 40, truncated, success) == uninterrupted, resume_step
+
+
+@pytest.mark.parametrize("resume_step", [4, 5, 6, 9, 10, 11])
+def test_a_resume_with_a_larger_max_steps_keeps_the_fraction_boundaries(resume_step):
+    # Extending a run (--resume --max-steps 40 after a 20-step run) must not resolve the fractions
+    # again: [0.25, 0.5] of 40 would move the stages from steps 5 and 10 to 10 and 20.
+    config = HorizonConfig(turn_caps=[2, 4, 8], boundaries=[], boundary_fractions=[0.25, 0.5])
+    uninterrupted = feed(build_horizon(config, max_steps=20), range(1, 41), always(0.5), always(0.5))
+    assert uninterrupted == [2] * 4 + [4] * 5 + [8] * 31
+    extended = resumed_caps(lambda: build_horizon(config, max_steps=20), resume_step, 40, always(0.5), always(0.5),
+                            make_resumed=lambda: build_horizon(config, max_steps=40))
+    assert extended == uninterrupted
+
+
+def test_a_resume_refuses_a_schedule_that_moves_a_boundary():
+    state = json.loads(json.dumps(StepwiseHorizon([2, 4, 8], [5, 10]).checkpoint_state(7)))
+    with pytest.raises(HorizonConfigError, match="boundaries"):
+        StepwiseHorizon([2, 4, 8], [6, 10]).restore(state, 7)
+    fractions = build_horizon(HorizonConfig(turn_caps=[2, 4, 8], boundaries=[], boundary_fractions=[0.25, 0.5]), 20)
+    with pytest.raises(HorizonConfigError, match="boundary_fractions"):
+        build_horizon(HorizonConfig(turn_caps=[2, 4, 8], boundaries=[], boundary_fractions=[0.3, 0.5]), 20).restore(
+            json.loads(json.dumps(fractions.checkpoint_state(7))), 7)
+
+
+def test_a_resume_checks_the_recorded_stage_and_turn_cap():
+    state = json.loads(json.dumps(FixedHorizon(5).checkpoint_state(3)))
+    assert state["stage"] == 0 and state["turn_cap"] == 5
+    FixedHorizon(5).restore(state, 3)
+    with pytest.raises(HorizonConfigError, match="turn cap 5.*turn cap 7"):
+        FixedHorizon(7).restore(state, 3)
+    # a checkpoint written before the boundaries were saved: the stage check still guards it
+    stepwise = {"kind": "stepwise", "stage": 1, "turn_cap": 4}
+    StepwiseHorizon([2, 4, 8], [5, 10]).restore(stepwise, 7)
+    with pytest.raises(HorizonConfigError, match="stage 1"):
+        StepwiseHorizon([2, 4, 8], [8, 10]).restore(stepwise, 7)
+
+
+def test_adaptive_min_stage_steps_must_outlast_the_window_and_the_staleness_bound():
+    adaptive_args = ["--learner.horizon.kind", "adaptive", "--learner.horizon.boundaries", "[]",
+                     "--learner.horizon.plateau_window", "5", "--learner.max_policy_lag", "2"]
+    with pytest.raises(ConfigError, match=r"min_stage_steps \(6\).*plateau_window \+ max_policy_lag = 7"):
+        load_config(None, [*adaptive_args, "--learner.horizon.min_stage_steps", "6"])
+    assert load_config(None, [*adaptive_args, "--learner.horizon.min_stage_steps", "7"])
+    # sync mode trains every batch at the version it was leased at: no stale episodes to wait out
+    assert load_config(None, [*adaptive_args, "--learner.horizon.min_stage_steps", "5", "--run.mode", "sync"])

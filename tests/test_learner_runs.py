@@ -126,10 +126,17 @@ def test_gigpo_step_credit_changes_the_update_and_two_ranks_agree_on_it(recorded
         "the step advantages left the update as GRPO's"
 
 
+# One combined config covers the learner state a resume must bring back beyond the policy and its
+# optimizer: the minibatch shuffle generator (minibatches > 1), the critic and its optimizer (GAE)
+# and the frozen reference (a KL term).
+RESUMED_ALGORITHM = ("--learner.algorithm.minibatches", "2", "--learner.algorithm.advantage", "gae",
+                     "--learner.algorithm.kl_coef", "0.05", "--learner.algorithm.kl_estimator", "k3")
+
+
 def test_resume_equals_an_uninterrupted_run(recorded, tmp_path):
-    straight = final_weights(replay(recorded, tmp_path, "straight", "--max-steps", "4"), 4)
-    resumed_dir = replay(recorded, tmp_path, "resumed", "--max-steps", "2")
-    replay(recorded, tmp_path, "resumed", "--max-steps", "4", "--resume")
+    straight = final_weights(replay(recorded, tmp_path, "straight", "--max-steps", "4", *RESUMED_ALGORITHM), 4)
+    resumed_dir = replay(recorded, tmp_path, "resumed", "--max-steps", "2", *RESUMED_ALGORITHM)
+    replay(recorded, tmp_path, "resumed", "--max-steps", "4", "--resume", *RESUMED_ALGORITHM)
     assert_close(straight, final_weights(resumed_dir, 4), atol=0.0)
 
 

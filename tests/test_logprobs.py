@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from common.net import free_port
-from common.tiny_model import build_tiny_model
+from learner.critic import load_sharded_critic
 from learner.logprobs import sequence_logprobs
-from learner.model import init_process_group, load_sharded_model
+from learner.model import load_sharded_model
+from tests.test_train_step import model_path  # noqa: F401 (the tiny model on one rank, a fixture)
 
 TEMPERATURE = 0.7
 LOSS_MASK = torch.tensor([
@@ -17,15 +17,6 @@ LOSS_MASK = torch.tensor([
     [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0],
 ], dtype=torch.float32)
 LENGTHS = torch.tensor([10, 11, 5])
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    init_process_group(0, 1, "127.0.0.1", free_port())
-    yield str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
-    torch.set_num_threads(threads)
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,3 +86,25 @@ def test_a_micro_batch_without_loss_tokens_still_runs_a_backward(model_path):
     assert logprobs.abs().sum() == 0 and entropy.abs().sum() == 0
     logprobs.sum().backward()
     assert all(grad.abs().sum() == 0 for grad in _gradients(model).values())
+
+
+@pytest.mark.parametrize("chunk_tokens", [0, 4])
+def test_training_forwards_build_no_kv_cache(model_path, chunk_tokens):
+    # A KV cache in a training forward is memory for a decode that never comes (7B x 32k: gigabytes).
+    model = load_sharded_model(model_path, "float32")
+    caches = []
+    model.register_forward_hook(lambda module, args, kwargs, out: caches.append(
+        (kwargs.get("use_cache"), getattr(out, "past_key_values", None))), with_kwargs=True)
+    token_ids, attention = _batch()
+    sequence_logprobs(model, token_ids, attention, LOSS_MASK, TEMPERATURE, chunk_tokens)
+    assert caches == [(False, None)]
+
+
+def test_the_critics_forward_builds_no_kv_cache(model_path):
+    critic = load_sharded_critic(model_path, "float32")
+    caches = []
+    critic.backbone.register_forward_hook(lambda module, args, kwargs, out: caches.append(
+        (kwargs.get("use_cache"), getattr(out, "past_key_values", None))), with_kwargs=True)
+    token_ids, attention = _batch()
+    critic(token_ids, attention)
+    assert caches == [(False, None)]

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
+from torch.distributed.fsdp import FSDPModule
 
 from common.net import free_port
 from common.tiny_model import build_tiny_model
 from learner.batching import Batch
 from learner.turns import BatchTurns
 from learner.config import AlgorithmConfig, LearnerConfig
+from learner.distributed import deal_by_tokens
 from learner.losses import token_logprobs
 from learner.model import full_parameters, init_process_group, load_sharded_model
 from learner.train_step import Trainer, plan_micro_batches, train_step
@@ -433,33 +437,149 @@ def _two_steps(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {**{f"policy.{k}": v for k, v in policy.items()}, **{f"critic.{k}": v for k, v in critic.items()}}
 
 
-def _data_parallel_cfg(micro_batch_tokens: int) -> LearnerConfig:
+def _data_parallel_cfg(micro_batch_tokens: int, optimizer: str = "adamw") -> LearnerConfig:
+    if optimizer == "sgd":  # no clipping: it would hide a gradient off by a constant factor
+        return make_cfg(lr=0.1, learner={"max_grad_norm": 1e9}, **DATA_PARALLEL_CASE)
     if not micro_batch_tokens:
         return make_cfg(**DATA_PARALLEL_CASE)
-    # One share: rank 0 holds rows of 13 and 7 tokens (one micro-batch of 26), rank 1 two of 14
-    # (two micro-batches), so rank 0 must add a stand-in.
+    # One share, dealt by tokens: rank 0 holds rows of 14 and 13 tokens, rank 1 of 14 and 7, two
+    # micro-batches each (a stand-in: test_two_ranks_with_uneven_rows_make_the_same_update_as_one).
     return make_cfg(learner={"micro_batch_tokens": micro_batch_tokens}, **{**DATA_PARALLEL_CASE, "minibatches": 1})
 
 
+def _build_for_data_parallel(model_path: str, cfg: LearnerConfig, optimizer: str) -> Trainer:
+    """The trainer, with plain SGD for policy and critic when ``optimizer`` is ``sgd``: AdamW
+    divides each gradient by its own scale, so a gradient off by the number of ranks would make
+    nearly the same AdamW update; SGD's update is the gradient times the learning rate."""
+    trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    if optimizer == "sgd":
+        trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=cfg.lr)
+        trainer.critic.optimizer = torch.optim.SGD(trainer.critic.model.parameters(), lr=cfg.lr)
+    return trainer
+
+
 def _train_on_rank(rank: int, world_size: int, port: int, model_path: str, out_file: str,
-                   micro_batch_tokens: int) -> None:
+                   micro_batch_tokens: int, optimizer: str) -> None:
     torch.set_num_threads(1)
     init_process_group(rank, world_size, "127.0.0.1", port)
-    cfg = _data_parallel_cfg(micro_batch_tokens)
-    weights = _two_steps(Trainer.build(model_path, "float32", cfg, TEMPERATURE))
+    cfg = _data_parallel_cfg(micro_batch_tokens, optimizer)
+    weights = _two_steps(_build_for_data_parallel(model_path, cfg, optimizer))
     if rank == 0:
         save_file({k: v.contiguous() for k, v in weights.items()}, out_file)
     dist.destroy_process_group()
 
 
 @pytest.mark.slow  # two fresh processes importing torch and transformers: ~15 s on 2 cores
-@pytest.mark.parametrize("micro_batch_tokens", [0, 26])
-def test_two_ranks_make_the_same_update_as_one(model_path, tmp_path, micro_batch_tokens):
-    cfg = dataclasses.replace(_data_parallel_cfg(micro_batch_tokens), micro_batch_tokens=0)
-    one = _two_steps(Trainer.build(model_path, "float32", cfg, TEMPERATURE))
+@pytest.mark.parametrize(("micro_batch_tokens", "optimizer"), [(0, "adamw"), (26, "adamw"), (0, "sgd")])
+def test_two_ranks_make_the_same_update_as_one(model_path, tmp_path, micro_batch_tokens, optimizer):
+    cfg = dataclasses.replace(_data_parallel_cfg(micro_batch_tokens, optimizer), micro_batch_tokens=0)
+    initial = {f"policy.{k}": v for k, v in full_parameters(load_sharded_model(model_path, "float32")).items()}
+    one = _two_steps(_build_for_data_parallel(model_path, cfg, optimizer))
     out_file = str(tmp_path / "two_ranks.safetensors")
-    mp.spawn(_train_on_rank, args=(2, free_port(), model_path, out_file, micro_batch_tokens), nprocs=2, join=True)
+    mp.spawn(_train_on_rank, args=(2, free_port(), model_path, out_file, micro_batch_tokens, optimizer), nprocs=2,
+             join=True)
     two = load_file(out_file)
     assert two.keys() == one.keys()
     worst = max((one[k] - two[k]).abs().max().item() for k in one)
-    assert worst < 1e-5
+    # SGD's update is the gradient itself; AdamW's two steps amplify float summation-order noise
+    # (regrouping micro-batches on one rank already moves it by 1e-5)
+    assert worst < (1e-5 if optimizer == "sgd" else 5e-5)
+    # The update is large against that bound, so a gradient off by any factor would show.
+    assert max((one[k] - initial[k]).abs().max().item() for k in initial) > 1e-3
+
+
+# Uneven episodes: round-robin would give rank 0 the rows of 31, 30 and 6 tokens (67) and rank 1
+# those of 4, 5 and 3 (12); dealt by tokens each rank gets 40 or 39. With a budget of 10 tokens
+# rank 0 runs two micro-batches ([31], [5, 4]) and rank 1 three ([30], [6], [3]): rank 0 adds a stand-in.
+UNEVEN_LENGTHS = torch.tensor([31, 4, 30, 5, 6, 3])
+UNEVEN_CASE = dict(advantage="gae", kl_coef=0.1, minibatches=1, seq_mask_low=0.5)
+
+
+def _uneven_batch(policy) -> Batch:
+    gen = torch.Generator().manual_seed(5)
+    width = int(UNEVEN_LENGTHS.max())
+    attention_mask = (torch.arange(width)[None, :] < UNEVEN_LENGTHS[:, None]).long()
+    loss_mask = (torch.rand(attention_mask.shape, generator=gen) < 0.6).float() * attention_mask
+    loss_mask[:, 0] = 0  # the prompt's first token is never sampled
+    token_ids = torch.randint(3, 400, attention_mask.shape, generator=gen) * attention_mask
+    with torch.no_grad():
+        own = token_logprobs(policy(input_ids=token_ids, attention_mask=attention_mask).logits, token_ids, TEMPERATURE)
+    return Batch(token_ids=token_ids, attention_mask=attention_mask, loss_mask=loss_mask,
+                 behavior_logprobs=(own - 0.1) * loss_mask, token_versions=torch.where(loss_mask.bool(), 0, -1),
+                 rewards=torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0]), group_index=torch.tensor([0, 0, 1, 1, 2, 2]),
+                 episodes=[])
+
+
+def _uneven_cfg(micro_batch_tokens: int, optimizer: str, reduce_gradients: str = "once_per_step") -> LearnerConfig:
+    learner = {"micro_batch_tokens": micro_batch_tokens, "reduce_gradients": reduce_gradients}
+    if optimizer == "sgd":  # no clipping: it would hide a gradient off by a constant factor
+        return make_cfg(lr=0.1, learner={**learner, "max_grad_norm": 1e9}, **UNEVEN_CASE)
+    return make_cfg(learner=learner, **UNEVEN_CASE)
+
+
+def _uneven_steps(trainer: Trainer) -> dict[str, torch.Tensor]:
+    batch = _uneven_batch(trainer.policy)
+    for _ in range(2):
+        trainer.step(batch)
+    return {**{f"policy.{k}": v for k, v in full_parameters(trainer.policy).items()},
+            **{f"critic.{k}": v for k, v in full_parameters(trainer.critic.model).items()}}
+
+
+def _train_uneven_on_rank(rank: int, port: int, model_path: str, out_dir: str, optimizer: str,
+                          reduce_gradients: str) -> None:
+    torch.set_num_threads(1)
+    init_process_group(rank, 2, "127.0.0.1", port)
+    trainer = _build_for_data_parallel(model_path, _uneven_cfg(10, optimizer, reduce_gradients), optimizer)
+    reductions, widths = [], []
+    reduce_scatter = dist.reduce_scatter_single
+    dist.reduce_scatter_single = lambda *a, **k: reductions.append(1) or reduce_scatter(*a, **k)
+    plan = trainer._micro_batches
+    trainer._micro_batches = lambda batch, rows: widths.append([(m.width, m.dummy) for m in plan(batch, rows)]) \
+        or plan(batch, rows)
+    weights = _uneven_steps(trainer)
+    dist.reduce_scatter_single = reduce_scatter
+    if rank == 0:
+        save_file({k: v.contiguous() for k, v in weights.items()}, f"{out_dir}/two_ranks.safetensors")
+    groups = sum(isinstance(m, FSDPModule) for m in [*trainer.policy.modules(), *trainer.critic.model.modules()])
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps({"reductions": len(reductions), "groups": groups,
+                                                                "micro_batches": widths}))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two fresh processes importing torch and transformers
+@pytest.mark.parametrize(("optimizer", "reduce_gradients"),
+                         [("sgd", "once_per_step"), ("adamw", "once_per_step"), ("sgd", "every_micro_batch")])
+def test_two_ranks_with_uneven_rows_make_the_same_update_as_one(model_path, tmp_path, optimizer, reduce_gradients):
+    one = _uneven_steps(_build_for_data_parallel(model_path, _uneven_cfg(0, optimizer), optimizer))
+    mp.spawn(_train_uneven_on_rank, args=(free_port(), model_path, str(tmp_path), optimizer, reduce_gradients),
+             nprocs=2, join=True)
+    two = load_file(tmp_path / "two_ranks.safetensors")
+    assert two.keys() == one.keys()
+    # SGD's update is the gradient itself; AdamW's two steps amplify float summation-order noise
+    # (regrouping micro-batches on one rank already moves it by 1e-5)
+    assert max((one[k] - two[k]).abs().max().item() for k in one) < (1e-5 if optimizer == "sgd" else 5e-5)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    # the update's micro-batches (the gathered no-grad passes plan theirs too): rank 0 pads with a
+    # stand-in of at most two tokens, not a whole row
+    update_plans = [rank["micro_batches"][-1] for rank in ranks]
+    assert [len(plan) for plan in update_plans] == [3, 3]
+    assert [(w, dummy) for w, dummy in update_plans[0] if dummy] == [(2, True)]
+    assert not any(dummy for _, dummy in update_plans[1])
+    # once_per_step: one gradient reduction per FSDP group per optimizer step (2 steps), not one per
+    # micro-batch (3); every_micro_batch: one per micro-batch
+    per_step = 1 if reduce_gradients == "once_per_step" else 3
+    assert all(rank["reductions"] == 2 * per_step * rank["groups"] for rank in ranks)
+
+
+def test_rows_are_dealt_to_ranks_balanced_by_tokens():
+    dealt = deal_by_tokens(UNEVEN_LENGTHS, 2)
+    assert [rows.tolist() for rows in dealt] == [[0, 1, 3], [2, 4, 5]]
+    assert [int(UNEVEN_LENGTHS[rows].sum()) for rows in dealt] == [40, 39]  # round-robin: 67 and 12
+    # deterministic, every row once, and no rank empty while there are rows enough
+    lengths = torch.randint(1, 500, (37,), generator=torch.Generator().manual_seed(0))
+    for world_size in (1, 2, 3, 8):
+        dealt = deal_by_tokens(lengths, world_size)
+        assert sorted(torch.cat(dealt).tolist()) == list(range(37)) and all(len(rows) for rows in dealt)
+        assert [r.tolist() for r in dealt] == [r.tolist() for r in deal_by_tokens(lengths, world_size)]
+        loads = [int(lengths[rows].sum()) for rows in dealt]
+        assert max(loads) - min(loads) <= int(lengths.max())  # greedy longest-first's bound
