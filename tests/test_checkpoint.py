@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from common.config import Config
-from common.net import free_port
-from common.tiny_model import build_tiny_model
 from learner.config import AlgorithmConfig, LearnerConfig
-from learner.model import init_process_group
 from learner.policy import ShardedPolicy
 from tests.test_train_step import make_batch, snapshot
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the learner's default torch_threads (see tests/test_train_step.py)
-    init_process_group(0, 1, "127.0.0.1", free_port())
-    yield str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
-    torch.set_num_threads(threads)
+from tests.test_train_step import model_path  # noqa: F401 (the tiny model on one rank, a fixture)
 
 
 def test_a_loaded_checkpoint_makes_the_same_next_updates(model_path, tmp_path):

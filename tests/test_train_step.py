@@ -98,6 +98,18 @@ def test_each_estimator_trains_policy_and_critic(model_path, advantage):
         assert {"learner/value_loss", "learner/return_mean", "optim/critic_grad_norm"} <= set(scalars)
 
 
+@pytest.mark.parametrize("advantage", ["grpo", "rloo", "reinforce_pp", "gae"])
+def test_each_estimator_moves_the_rewarded_episode_above_its_unrewarded_group_mate(model_path, advantage):
+    # "Finite and changed" passes with a sign error; this does not. Plain SGD, so the step is the gradient.
+    cfg = make_cfg(lr=0.05, advantage=advantage, learner={"max_grad_norm": 1e9})
+    trainer = _build_for_data_parallel(model_path, cfg, "sgd")
+    batch = make_batch(trainer.policy, rewards=(1.0, 0.0, 0.0, 1.0), behavior_shift=0.0)
+    before = sequence_logprobs(trainer.policy, batch)
+    trainer.step(batch)
+    delta = sequence_logprobs(trainer.policy, batch) - before
+    assert delta[0] > delta[1] and delta[3] > delta[2], delta
+
+
 def test_grpo_step_raises_the_logprob_of_the_better_episode(model_path):
     policy = load_sharded_model(model_path, "float32")
     optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-4)
@@ -454,7 +466,8 @@ def _build_for_data_parallel(model_path: str, cfg: LearnerConfig, optimizer: str
     trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
     if optimizer == "sgd":
         trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=cfg.lr)
-        trainer.critic.optimizer = torch.optim.SGD(trainer.critic.model.parameters(), lr=cfg.lr)
+        if trainer.critic is not None:
+            trainer.critic.optimizer = torch.optim.SGD(trainer.critic.model.parameters(), lr=cfg.lr)
     return trainer
 
 
