@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import itertools
 import logging
 import os
 import socket
@@ -165,9 +166,10 @@ class SocketWatch(threading.Thread):
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._last_log_s = -_LOG_EVERY_S
+        self._serial = itertools.count()  # not id(sock): a closed socket's id comes back, its address stays bound
 
     def add(self, sock: zmq.Socket) -> None:
-        address = f"inproc://socket-watch-{id(sock)}"
+        address = f"inproc://socket-watch-{id(self)}-{next(self._serial)}"
         sock.monitor(address, self._FAILED | zmq.EVENT_DISCONNECTED)
         # The monitor's peer must live in the same context; a sync shadow also serves asyncio sockets.
         monitor = zmq.Context(shadow=sock.context.underlying).socket(zmq.PAIR)

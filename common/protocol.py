@@ -11,11 +11,12 @@ count bad messages instead of crashing.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import msgpack
 import numpy as np
@@ -269,27 +270,40 @@ def _from_envelope(envelope: Any, expected: type | tuple[type, ...] | None) -> A
     return message
 
 
+@dataclass(frozen=True)
+class _Schema:
+    """What ``_build`` needs of a message class, worked out once per class (resolving the type hints
+    took most of the time of decoding a 1k-token ``Trajectory``)."""
+
+    fields: dict[str, tuple[np.dtype | None, Callable[[Any, str], Any]]]
+    """Field name -> (the array dtype of an array field, else None; the check of its type hint)."""
+    required: frozenset[str]
+
+
+@functools.cache
+def _schema(cls: type) -> _Schema:
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)
+    return _Schema({f.name: (f.metadata.get("dtype"), _checker(hints[f.name])) for f in fields},
+                   frozenset(f.name for f in fields if _required(f)))
+
+
 def _build(cls: type, body: Any, where: str) -> Any:
     if not isinstance(body, dict):
         raise ProtocolError(f"{where}: expected a map, got {type(body).__name__}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = set(body) - set(fields)
+    schema = _schema(cls)
+    unknown = body.keys() - schema.fields.keys()
     if unknown:
         raise ProtocolError(f"{where}: unknown fields {sorted(unknown)}")
     # A field added later with a default may be absent (an older sender or recording).
-    missing = {n for n, f in fields.items() if n not in body and _required(f)}
+    missing = schema.required - body.keys()
     if missing:
         raise ProtocolError(f"{where}: missing fields {sorted(missing)}")
     values = {}
-    for name, f in fields.items():
-        if name not in body:
-            continue
-        path = f"{where}.{name}"
-        if "dtype" in f.metadata:
-            values[name] = _decode_array(body[name], f.metadata["dtype"], path)
-        else:
-            values[name] = _check(body[name], hints[name], path)
+    for name, value in body.items():
+        dtype, check = schema.fields[name]
+        values[name] = _decode_array(value, dtype, f"{where}.{name}") if dtype is not None else \
+            check(value, f"{where}.{name}")
     return cls(**values)
 
 
@@ -297,14 +311,17 @@ def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
+_ARRAY_KEYS = frozenset({"dtype", "shape", "data"})
+
+
 def _decode_array(value: Any, dtype: np.dtype, where: str) -> np.ndarray:
-    if not isinstance(value, dict) or set(value) != {"dtype", "shape", "data"}:
+    if not isinstance(value, dict) or value.keys() != _ARRAY_KEYS:
         raise ProtocolError(f"{where}: array must be a map of dtype, shape, data", "bad_array")
     if value["dtype"] != dtype.str:
         raise ProtocolError(f"{where}: dtype {value['dtype']!r}, expected {dtype.str!r}", "bad_array")
     shape = value["shape"]
     if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_ARRAY_DIMS or \
-            not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            not all(type(d) is int and d >= 0 for d in shape):  # type, not isinstance: a bool is no size
         raise ProtocolError(f"{where}: bad shape {shape!r}", "bad_array")
     data = value["data"]
     # Python ints: a shape like [2**32, 2**32] must not wrap to 0 elements as it would in int64.
@@ -313,34 +330,59 @@ def _decode_array(value: Any, dtype: np.dtype, where: str) -> np.ndarray:
         got = len(data) if isinstance(data, bytes) else type(data).__name__
         raise ProtocolError(f"{where}: {got} bytes of data for shape {shape} ({expected_nbytes} expected)",
                             "bad_array")
-    return np.frombuffer(data, dtype=dtype).reshape(shape)
+    array = np.frombuffer(data, dtype=dtype)
+    return array if len(shape) == 1 else array.reshape(shape)
 
 
 def _check(value: Any, hint: Any, where: str) -> Any:
+    return _checker(hint)(value, where)
+
+
+@functools.cache
+def _checker(hint: Any) -> Callable[[Any, str], Any]:
+    """The check of a value against ``hint``, worked out once per hint (``typing``'s introspection
+    cost more than the checks themselves)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        errors = []
-        for option in args:
-            try:
-                return _check(value, option, where)
-            except ProtocolError as exc:
-                errors.append(str(exc))
-        raise ProtocolError(f"{where}: {value!r} matches none of {hint}")
+        options = [_checker(option) for option in args]
+
+        def check_union(value: Any, where: str) -> Any:
+            for option in options:
+                try:
+                    return option(value, where)
+                except ProtocolError:
+                    pass
+            raise ProtocolError(f"{where}: {value!r} matches none of {hint}")
+        return check_union
     if origin is Literal:
-        if value not in args:
-            raise ProtocolError(f"{where}: {value!r} is not one of {list(args)}")
-        return value
+        def check_literal(value: Any, where: str) -> Any:
+            if value not in args:
+                raise ProtocolError(f"{where}: {value!r} is not one of {list(args)}")
+            return value
+        return check_literal
     if origin is list:
-        if not isinstance(value, list):
-            raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
-        return [_check(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+        item = _checker(args[0])
+
+        def check_list(value: Any, where: str) -> Any:
+            if not isinstance(value, list):
+                raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
+            return [item(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return check_list
     if origin is dict:
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise ProtocolError(f"{where}: expected a map with string keys")
-        return {k: _check(v, args[1], f"{where}.{k}") for k, v in value.items()}
+        item = _checker(args[1])
+
+        def check_dict(value: Any, where: str) -> Any:
+            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+                raise ProtocolError(f"{where}: expected a map with string keys")
+            return {k: item(v, f"{where}.{k}") for k, v in value.items()}
+        return check_dict
     if dataclasses.is_dataclass(hint):
-        return _build(hint, value, where)
-    return _check_scalar(value, hint, where)
+        return lambda value, where: _build(hint, value, where)
+    if hint is Any:
+        return lambda value, where: value  # env info: any msgpack value; msgpack itself only yields plain data
+    if hint in (str, int, bool):  # what msgpack yields passes at once; the rest (a bool for an int) in full
+        return lambda value, where: value if type(value) is hint else _check_scalar(value, hint, where)
+    return lambda value, where: _check_scalar(value, hint, where)
 
 
 def _check_scalar(value: Any, hint: Any, where: str) -> Any:

@@ -40,7 +40,7 @@ import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 BENCHES = ("envhub_bench", "actor_bench", "engine_bench", "learner_bench", "learner_memory_bench", "async_bench",
-           "webnav_bench", "format_bench", "learning_bench")
+           "ingest_bench", "webnav_bench", "format_bench", "learning_bench")
 FULL_ONLY = ("learning_bench",)
 """Benches with no small mode (two learning runs take ~9 minutes): left out of ``--quick``."""
 COLUMNS = ("bench", "figure", "value", "baseline", "ratio", "goal", "met?")
