@@ -101,12 +101,12 @@ class ControlThread(threading.Thread):
         except BroadcastFailed as exc:
             self._failed(exc)
             return
-        newest = max([self.engine.version, *self.versions_applied[-1:]])
-        if announce.version <= newest:  # a resend: the collective had to be joined all the same
+        # The engine decides what a resend is (a version not newer than the one staged or serving):
+        # the collective had to be joined all the same.
+        if not self.engine.stage_weights(tensors, announce.version):
             self.resends_ignored += 1
-            log.info("version %d again (newest here %d): received and ignored", announce.version, newest)
+            log.info("version %d again (serving %d): received and ignored", announce.version, self.engine.version)
             return
-        self.engine.stage_weights(tensors, announce.version)
         self.versions_applied.append(announce.version)
 
     def _failed(self, exc: BroadcastFailed) -> None:

@@ -134,6 +134,10 @@ class BroadcastFailed(RuntimeError):
     dropped and its members must join again (the learner carries on meanwhile)."""
 
 
+class PlanMismatch(ValueError):
+    """The tensors handed to ``send_stream`` are not the ones its announce planned (a bug of the caller)."""
+
+
 class WeightBroadcaster:
     """Learner side: hosts the rendezvous store and sends buckets as rank 0.
 
@@ -200,7 +204,7 @@ class WeightBroadcaster:
             for slot in announce.slots:
                 name, filling[slot.name] = next(named)
                 if name != slot.name:
-                    raise ValueError(f"tensor {name!r} arrived where the plan has {slot.name!r}")
+                    raise PlanMismatch(f"tensor {name!r} arrived where the plan has {slot.name!r}")
                 slots_left[slot.bucket] -= 1
                 if slots_left[slot.bucket]:
                     continue
@@ -214,7 +218,7 @@ class WeightBroadcaster:
         except Exception as exc:
             _drop(self._group)
             self._group, self.members = None, []
-            if isinstance(exc, ValueError) and "arrived where the plan" in str(exc):
+            if isinstance(exc, PlanMismatch):
                 raise  # a caller's bug, not a peer's failure
             raise BroadcastFailed(f"broadcast of version {announce.version} failed: {exc}") from None
 

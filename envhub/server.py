@@ -189,11 +189,13 @@ class SessionService:
         try:
             return registry.task_splits(env_id, **options)
         except OPTION_ERRORS as error:  # e.g. agentgym-v0 without its url: the server's config, not a crash
-            raise self._error("env_config", f"env {env_id} cannot run under its "
-                              f"envhub.env_options: {error}") from None
+            raise self._options_error(env_id, error) from None
         except Exception as error:
             logger.exception("could not list the tasks of env %s", env_id)
             raise self._error("env_error", f"could not list the tasks of env {env_id}: {error!r}") from None
+
+    def _options_error(self, env_id: str, error: Exception) -> HTTPException:
+        return self._error("env_config", f"env {env_id} cannot run under its envhub.env_options: {error}")
 
     def _new_session(self, request: CreateSessionRequest) -> Session:
         # No await between the room check and table.create, so the limit holds under concurrency.
@@ -204,8 +206,7 @@ class SessionService:
         try:
             env = registry.make(request.env_id, **self.options(request.env_id))
         except OPTION_ERRORS as error:  # options only the constructor checks (envs with fixed task lists)
-            raise self._error("env_config", f"env {request.env_id} cannot run under its "
-                              f"envhub.env_options: {error}") from None
+            raise self._options_error(request.env_id, error) from None
         except Exception as error:
             logger.exception("could not build env %s", request.env_id)
             raise self._error("env_error", f"could not build env {request.env_id}: {error!r}") from None

@@ -104,9 +104,11 @@ def collate(groups: list[Group], format_coef: float = 0.0, min_version: int | No
         return torch.from_numpy(out)
 
     lengths = torch.tensor([len(e.token_ids) for _, e in rows])
-    loss_mask = np.zeros((len(rows), width), dtype=np.float32)
+    loss_mask, stale_tokens = np.zeros((len(rows), width), dtype=np.float32), 0
     for i, (_, e) in enumerate(rows):
-        loss_mask[i, : len(e.loss_mask)] = fresh_token_mask(e, min_version)
+        fresh = fresh_token_mask(e, min_version)
+        loss_mask[i, : len(e.loss_mask)] = fresh
+        stale_tokens += int(np.count_nonzero(e.loss_mask)) - int(np.count_nonzero(fresh))
     return Batch(
         token_ids=pad("token_ids", 0, np.int64),
         attention_mask=(torch.arange(width)[None, :] < lengths[:, None]).long(),
@@ -117,5 +119,5 @@ def collate(groups: list[Group], format_coef: float = 0.0, min_version: int | No
         group_index=torch.tensor([gi for gi, _ in rows], dtype=torch.long),
         episodes=[e for _, e in rows],
         turns=batch_turns([e for _, e in rows], [gi for gi, _ in rows], [turn for _, turn in shaped]),
-        stale_tokens=sum(stale_token_count(e, min_version) for _, e in rows),
+        stale_tokens=stale_tokens,
     )

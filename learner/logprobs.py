@@ -21,6 +21,8 @@ one that rescales or soft-caps logits after the head is refused: use ``logprob_c
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Literal
 
 import torch
@@ -46,12 +48,10 @@ def sequence_logprobs(model: torch.nn.Module, token_ids: torch.Tensor, attention
     """
     if chunk_tokens <= 0:
         head = model.get_output_embeddings()
-        if isinstance(head, torch.nn.Linear):  # float32 logits under bfloat16 compute too (step 2 above)
-            head.forward = lambda hidden: F.linear(hidden.float(), head.weight.float(), _float(head.bias))
-        try:
+        float_head = (lambda hidden: F.linear(hidden.float(), head.weight.float(), _float(head.bias))) \
+            if isinstance(head, torch.nn.Linear) else None  # float32 logits under bfloat16 compute too
+        with _head_forward(head, float_head):
             logits = model(input_ids=token_ids, attention_mask=attention_mask, use_cache=False).logits
-        finally:
-            head.__dict__.pop("forward", None)
         entropy = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)
         return token_logprobs(logits, token_ids, temperature), entropy
     if temperature <= 0:
@@ -76,12 +76,21 @@ def sequence_logprobs(model: torch.nn.Module, token_ids: torch.Tensor, attention
         at = (rows, columns + 1)
         return torch.stack([zeros.index_put(at, picked), zeros.index_put(at, entropy)])
 
-    head.forward = logprobs_at_loss_positions  # this call only: the model's output is ours
-    try:
+    with _head_forward(head, logprobs_at_loss_positions):  # the model's output is ours
         both = model(input_ids=token_ids, attention_mask=attention_mask, use_cache=False).logits
-    finally:
-        del head.forward
     return both[0], both[1] if entropy_grad else both[1].detach()
+
+
+@contextlib.contextmanager
+def _head_forward(head: torch.nn.Module, forward) -> Iterator[None]:
+    """The LM head runs ``forward`` for one model call (None: its own); FSDP2 still gathers and
+    reduces its weight, since the head module itself is unchanged."""
+    if forward is not None:
+        head.forward = forward
+    try:
+        yield
+    finally:
+        head.__dict__.pop("forward", None)
 
 
 def _chunked_head(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,

@@ -158,12 +158,13 @@ class Trainer:
         self.policy.train()
         if self.critic is not None:
             self.critic.model.train()  # from_pretrained leaves it in eval, where HF skips checkpointing
-        constants = self._batch_constants(batch)
+        lengths = batch.attention_mask.sum(dim=1).cpu()  # tokens per row, for dealing rows to ranks
+        constants = self._batch_constants(batch, lengths)
         self.last_advantages = constants.advantages
         updates = []
         for _ in range(self.cfg.algorithm.ppo_epochs):
             for share in self._shares(batch.token_ids.shape[0]):
-                rows, real = self._my_rows(share, batch)
+                rows, real = self._my_rows(share, lengths)
                 micro_batches = self._micro_batches(batch, rows)
                 stats = self._update_policy(batch, constants, rows, real, micro_batches)
                 if self.critic is not None:
@@ -177,25 +178,25 @@ class Trainer:
 
     # ------------------------------------------------------------------ once per batch
 
-    def _batch_constants(self, batch: Batch) -> _BatchConstants:
+    def _batch_constants(self, batch: Batch, lengths: torch.Tensor) -> _BatchConstants:
         alg = self.cfg.algorithm
         with torch.no_grad():
             proximal = reference = old_values = None
             # Also with the sequence mask: its keep mask (hence the loss denominator) must be
             # known before the first micro-batch's backward.
             if alg.ppo_epochs * alg.minibatches > 1 or alg.kl_in_reward or alg.seq_mask_low or alg.seq_mask_high:
-                proximal = self._gathered(batch, lambda ids, attention, mask: self._logprobs(
+                proximal = self._gathered(batch, lengths, lambda ids, attention, mask: self._logprobs(
                     self.policy, ids, attention, mask, with_entropy=False)[0])
             if self.reference is not None:
-                reference = self._gathered(batch, lambda ids, attention, mask: reference_logprobs(
+                reference = self._gathered(batch, lengths, lambda ids, attention, mask: reference_logprobs(
                     self.reference, ids, attention, self.temperature, mask, self.cfg.logprob_chunk_tokens))
             if self.critic is not None:
-                old_values = self._gathered(batch, lambda ids, attention, mask: self.critic.values(ids, attention))
+                old_values = self._gathered(batch, lengths, lambda ids, attention, mask: self.critic.values(ids, attention))
             advantages, returns, scalars = self._advantages(batch, proximal, reference, old_values)
         scalars["advantage_abs_mean"] = float(masked_mean(advantages.abs(), batch.loss_mask))
         return _BatchConstants(advantages, proximal, reference, old_values, returns, scalars)
 
-    def _gathered(self, batch: Batch, forward) -> torch.Tensor:
+    def _gathered(self, batch: Batch, lengths: torch.Tensor, forward) -> torch.Tensor:
         """``forward(ids, attention, loss_mask) -> [b, width]`` on this rank's rows, gathered for all
         [B, T] rows.
 
@@ -205,7 +206,7 @@ class Trainer:
         to the same count with row 0, so all ranks make the same FSDP collectives.
         """
         num_rows, width = batch.token_ids.shape
-        dealt = deal_by_tokens(batch.attention_mask.sum(dim=1), self.world_size)
+        dealt = deal_by_tokens(lengths, self.world_size)
         per_rank = max(len(rows) for rows in dealt)
         mine = dealt[self.rank].to(batch.token_ids.device)
         padded = torch.cat([mine, mine.new_zeros(per_rank - len(mine))])
@@ -270,12 +271,11 @@ class Trainer:
         order = torch.randperm(num_rows, generator=self._shuffle)
         return list(order.tensor_split(min(self.cfg.algorithm.minibatches, num_rows)))
 
-    def _my_rows(self, share: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, bool]:
+    def _my_rows(self, share: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, bool]:
         """This rank's rows of ``share``, dealt balanced by tokens (``deal_by_tokens``); a rank
         without any gets row 0 with ``real == False`` (FSDP needs every rank in forward and
         backward; a zero mask makes it count for nothing)."""
-        lengths = batch.attention_mask[share].sum(dim=1)
-        rows = share[deal_by_tokens(lengths, self.world_size)[self.rank].to(share.device)]
+        rows = share[deal_by_tokens(lengths[share.cpu()], self.world_size)[self.rank].to(share.device)]
         return (rows, True) if len(rows) else (share[:1], False)
 
     # ------------------------------------------------------------------ per optimizer step
