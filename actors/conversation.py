@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from common.config import ConfigError
 from envhub.base import ConversationStart
 from envhub.client import EnvClient, EnvClientError
 
@@ -56,7 +57,7 @@ class ConversationStarts:
                 try:
                     start.turns(num_examples)
                 except ValueError as error:
-                    raise ValueError(f"{env_id}: {error} (rollout.num_examples / conversation_per_env)") from None
+                    raise ConfigError(f"{env_id}: {error} (rollout.num_examples / conversation_per_env)") from None
 
     async def _start(self, env_id: str) -> ConversationStart:
         if env_id not in self._starts:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ class EpisodeOutcome:
     """How the episode went, filled in turn by turn."""
 
     reward: float = 0.0
+    score: float | None = None
+    """The env's ``info["score"]`` after the latest step (AgentGym's score so far), when it reports one."""
     success: bool = False
     terminated: bool = False
     truncated: bool = False
@@ -135,6 +138,7 @@ async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sessi
         out.turn_observations.append(observation_fingerprint(observation))
         out.turn_action_parsed.append(int(action_parsed(action, result.info)))
         out.env_info = dict(result.info)
+        out.score = reported_score(result.info)
         if result.terminated or result.truncated:
             out.success = bool(result.info.get("success", False))
             out.terminated, out.truncated = result.terminated, result.truncated
@@ -180,6 +184,15 @@ def action_parsed(reply: str, info: dict) -> bool:
     if isinstance(said, bool):
         return said
     return not isinstance(extract_action(reply), MalformedAction)
+
+
+def reported_score(info: dict) -> float | None:
+    """The env's ``info["score"]`` as a float; ``None`` when it reports none, or one that is not a
+    finite number (a broken score must not reach the wire, where it would reject the episode)."""
+    score = info.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+        return None
+    return float(score)
 
 
 def observation_fingerprint(observation: str) -> int:
@@ -238,6 +251,7 @@ def _trajectory(lease: TaskLease, index: int, actor_id: int, buf: ChatTokenBuffe
         turn_observations=np.asarray(out.turn_observations, dtype=np.uint64),
         turn_action_parsed=np.asarray(out.turn_action_parsed, dtype=np.uint8),
         reward=float(min(max(out.reward, 0.0), 1.0)), success=out.success,
+        score=out.score if out.status == "ok" else None,
         terminated=out.terminated, truncated=out.truncated, finish_reason=out.finish_reason,
         status=out.status, error=out.error, num_turns=out.num_turns, turn_cap=lease.turn_cap,
         timings=out.timings, env_info=_plain(out.env_info), purpose=lease.purpose,

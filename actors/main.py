@@ -37,7 +37,7 @@ from common.config import Config
 from common.models import load_tokenizer
 from common.protocol import ActorStats, Control, LeaseRequest, TaskLease
 from common.transport import Inbox, configure, connect
-from envhub.client import EnvClient
+from envhub.channel_client import make_env_client
 
 log = logging.getLogger("actor")
 
@@ -94,7 +94,7 @@ class Actor:
         push = configure(ctx.socket(zmq.PUSH))
         connect(push, self.addresses["trajectories"])
         sampling = SamplingParams(cfg.rollout.max_new_tokens, cfg.rollout.temperature, stop_token_ids(tokenizer, path))
-        async with EnvClient(self.envhub_url, cfg.actors.env_timeout_s) as env:
+        async with make_env_client(self.envhub_url, cfg.actors.env_timeout_s, cfg.actors.env_transport) as env:
             conversation = ConversationStarts(env, cfg.rollout.conversation_for)
             await conversation.check(cfg.rollout.envs)
             deps = EpisodeDeps(self.actor_id, engine, env, tokenizer, sampling, cfg.rollout.system_prompt,

@@ -65,8 +65,8 @@ class RunSection:
 class ModelSection:
     name: str = "tiny"
     """``tiny`` (random 1M-parameter Qwen2), ``smollm2-135m``, or a local HF model folder."""
-    cache_dir: str = "~/.cache/longhorizon"
-    """Where built or converted models are cached (env LONGHORIZON_CACHE overrides)."""
+    cache_dir: str = ""
+    """Where built or converted models are cached; empty: $LONGHORIZON_CACHE, else ~/.cache/longhorizon."""
     dtype: str = "float32"
     """Parameter dtype of the actors' engines and of the weights they receive: float32 or bfloat16.
     The learner keeps float32 master weights and optimizer state whatever it is; bfloat16 makes it

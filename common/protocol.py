@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal
 import msgpack
 import numpy as np
 
-from common import wire_checks
+from common import wire_checks, wire_fast_path, wire_payloads
 
 MAX_ARRAY_DIMS = 2
 """Every array on the wire is 1-D or 2-D (``turn_spans``)."""
@@ -120,6 +120,11 @@ class Trajectory:
     turn_action_parsed: np.ndarray = array_field("u1", optional=True)
     """1 where the turn's reply held an action in the env's format (the env's ``action_parsed``),
     else 0: ``rollout/valid_action_frac`` and the learner's optional format reward read it."""
+    score: float | None = None
+    """AgentGym's score of the episode: the env's ``info["score"]`` after the last step (AgentGym-RL
+    scores an episode by its last step's reward; its evaluation reports the mean and the best over
+    a task's samples). It may lie outside [0, 1] (SciWorld's is -100 on failure). ``None``: the env
+    reports no score (``reward`` stands for it), or the episode did not end ``ok``."""
     error: str = ""
     num_turns: int = 0
     turn_cap: int = 0
@@ -231,27 +236,50 @@ def encode(message: Any) -> bytes:
     name = type(message).__name__
     if MESSAGE_TYPES.get(name) is not type(message):
         raise ProtocolError(f"not a protocol message: {type(message)!r}")
-    return msgpack.packb({"type": name, "schema": SCHEMA_VERSION, "body": _to_wire(message)})
+    return wire_payloads.pack(name, SCHEMA_VERSION, _to_wire(message), _schema(type(message)).arrays)
 
 
 # ---------------------------------------------------------------------------------- decoding
 
 
-def decode(data: bytes, expected: type | tuple[type, ...] | None = None) -> Any:
-    """Parse and validate msgpack bytes into a protocol message; ``ProtocolError`` if malformed."""
+IN_PLACE_MIN_BYTES = 1 << 16
+"""Frames from this size on have their array payloads decoded in place (``common/wire_payloads.py``)."""
+
+
+def decode(data: bytes | memoryview, expected: type | tuple[type, ...] | None = None) -> Any:
+    """Parse and validate msgpack bytes into a protocol message; ``ProtocolError`` if malformed.
+    The message may keep ``data``: the arrays of a large frame are read-only views of it, not copies
+    (so pass ``bytes``, or a buffer nothing writes to afterwards, as a received ZeroMQ frame)."""
     try:
-        envelope = msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_refuse_ext)
+        envelope = _unpack(data)
     except Exception as exc:  # msgpack raises several unrelated types for garbage input
         raise ProtocolError(f"not valid msgpack: {exc}", "not_msgpack") from None
     return _from_envelope(envelope, expected)
+
+
+def _unpack(data: bytes | memoryview) -> Any:
+    if len(data) >= IN_PLACE_MIN_BYTES:
+        envelope = wire_payloads.unpack(data, _array_fields, raw=False, strict_map_key=True)
+        if envelope is not None:
+            return envelope
+    return msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_refuse_ext)
 
 
 def _refuse_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"msgpack extension type {code}: no message carries one")
 
 
+def _array_fields(type_name: str) -> frozenset[str]:
+    cls = MESSAGE_TYPES.get(type_name)
+    return frozenset() if cls is None else _schema(cls).arrays
+
+
+_ENVELOPE_KEYS = frozenset({"type", "schema", "body"})
+_fast_plan = functools.cache(wire_fast_path.plan_for)
+
+
 def _from_envelope(envelope: Any, expected: type | tuple[type, ...] | None) -> Any:
-    if not isinstance(envelope, dict) or set(envelope) != {"type", "schema", "body"}:
+    if not isinstance(envelope, dict) or envelope.keys() != _ENVELOPE_KEYS:
         raise ProtocolError("envelope must be a map with exactly type, schema, body", "bad_envelope")
     if envelope["schema"] != SCHEMA_VERSION:
         raise ProtocolError(f"schema version {envelope['schema']!r}, this build speaks {SCHEMA_VERSION}",
@@ -262,7 +290,12 @@ def _from_envelope(envelope: Any, expected: type | tuple[type, ...] | None) -> A
                             "unknown_type")
     if expected is not None and not issubclass(cls, expected):
         raise ProtocolError(f"unexpected message type {cls.__name__} here", "unexpected_type")
-    message = _build(cls, envelope["body"], cls.__name__)
+    # The fast plan takes the common, well-formed body; anything it doubts gets the field-by-field
+    # check, which names what is wrong.
+    plan = _fast_plan(cls)
+    message = plan.build(envelope["body"]) if plan is not None else None
+    if message is None:
+        message = _build(cls, envelope["body"], cls.__name__)
     try:
         wire_checks.CHECKS[cls.__name__](message)
     except wire_checks.MeaningError as exc:
@@ -278,6 +311,8 @@ class _Schema:
     fields: dict[str, tuple[np.dtype | None, Callable[[Any, str], Any]]]
     """Field name -> (the array dtype of an array field, else None; the check of its type hint)."""
     required: frozenset[str]
+    arrays: frozenset[str]
+    """The array fields."""
 
 
 @functools.cache
@@ -285,7 +320,8 @@ def _schema(cls: type) -> _Schema:
     hints = typing.get_type_hints(cls)
     fields = dataclasses.fields(cls)
     return _Schema({f.name: (f.metadata.get("dtype"), _checker(hints[f.name])) for f in fields},
-                   frozenset(f.name for f in fields if _required(f)))
+                   frozenset(f.name for f in fields if _required(f)),
+                   frozenset(f.name for f in fields if f.metadata.get("dtype") is not None))
 
 
 def _build(cls: type, body: Any, where: str) -> Any:
@@ -323,11 +359,11 @@ def _decode_array(value: Any, dtype: np.dtype, where: str) -> np.ndarray:
     if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_ARRAY_DIMS or \
             not all(type(d) is int and d >= 0 for d in shape):  # type, not isinstance: a bool is no size
         raise ProtocolError(f"{where}: bad shape {shape!r}", "bad_array")
-    data = value["data"]
+    data = value["data"]  # bytes, or a memoryview of the frame (``_unpack``): the same bytes in place
     # Python ints: a shape like [2**32, 2**32] must not wrap to 0 elements as it would in int64.
     expected_nbytes = math.prod(shape) * dtype.itemsize
-    if not isinstance(data, bytes) or len(data) != expected_nbytes:
-        got = len(data) if isinstance(data, bytes) else type(data).__name__
+    if not isinstance(data, (bytes, memoryview)) or len(data) != expected_nbytes:
+        got = len(data) if isinstance(data, (bytes, memoryview)) else type(data).__name__
         raise ProtocolError(f"{where}: {got} bytes of data for shape {shape} ({expected_nbytes} expected)",
                             "bad_array")
     array = np.frombuffer(data, dtype=dtype)

@@ -4,8 +4,9 @@ Ray is a fresh local cluster, or a running one (``ray_address``). The placement 
 (``common/placement.py``) is computed for its nodes and realised as placement groups; every role
 runs in its own Ray worker, in its plan bundle, through ``RoleHost`` and logs to
 ``<run>/logs/<role>-<i>.log``. A dead actor or envhub server is restarted in the same bundle (up to
-``actors.max_restarts`` / ``envhub.max_restarts``); any other role dying stops the run, and the
-console gets its name, its log path and the last lines of its log rather than a wall of Ray traceback.
+``actors.max_restarts`` / ``envhub.max_restarts``), unless it died of a ``ConfigError`` (it would
+again); any other role dying stops the run, and the console gets its name, its log path and the last
+lines of its log rather than a wall of Ray traceback.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import ray
 
 from common import ray_cluster
-from common.config import Config
+from common.config import Config, ConfigError
 from common.net import free_port
 from common.placement import PlacementPlan, format_plan, local_cluster, plan_placement
 from common.roles import RoleHost
@@ -186,7 +187,7 @@ class Supervisor:
                 try:
                     result = ray.get(ref)
                 except ray.exceptions.RayError as exc:
-                    if not self._may_restart(role):
+                    if _is_config_error(exc) or not self._may_restart(role):
                         raise RoleFailed(role, f"died: {_last_line(exc)}") from None
                     del runs[ref]
                     replacement = self._restart_actor(role, learner, _last_line(exc))
@@ -206,12 +207,13 @@ class Supervisor:
     def _on_service_died(self, ref: Any) -> None:
         """``watch()`` only ends when the server's process does: restart it or fail the run."""
         role = self._services.pop(ref)
+        config_error = False
         try:
             ray.get(ref)
             reason = "returned"
         except ray.exceptions.RayError as exc:
-            reason = _last_line(exc)
-        if not self._may_restart(role):
+            reason, config_error = _last_line(exc), _is_config_error(exc)
+        if config_error or not self._may_restart(role):
             raise RoleFailed(role, f"died: {reason}")
         self._restart_envhub(role, reason)
 
@@ -296,6 +298,12 @@ class Supervisor:
         if failure.role.name.startswith("learner") and checkpoint is not None:
             print(f"latest checkpoint: {checkpoint}\nresume with: python launch.py --output-dir "
                   f"{self.run_dir.parent} --run-name {self.run_dir.name} --resume [same flags]", flush=True)
+
+
+def _is_config_error(exc: BaseException) -> bool:
+    """A role that died of its run's config dies again on every restart: fail the run at once.
+    Ray raises the role's own exception class mixed into its ``RayTaskError``."""
+    return isinstance(exc, ConfigError) or isinstance(getattr(exc, "cause", None), ConfigError)
 
 
 def _last_line(exc: BaseException) -> str:

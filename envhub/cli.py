@@ -3,14 +3,17 @@
     python -m envhub serve [--port 8000] [--runs-dir runs] [--config FILE] [--envhub.KEY VALUE ...]
     python -m envhub list  [--config FILE] [--section.key VALUE ...]
     python -m envhub check ENV_ID [--task T] [--seed S] [--action A ...] [--http] [--config FILE] [overrides]
+    python -m envhub check --dialect agentgym [ENV_ID ...] [--config FILE] [overrides]
     python -m envhub tasks ENV_ID [--config FILE] [overrides]
 
 Overrides use the run config's one grammar (common/config.py), e.g. env options:
 ``--envhub.env_options '{textcraft-v0: {recipes_dir: /data/recipes}}'``.
 ``check`` runs the conformance checker (envhub/conformance.py) in this process, on the env
 itself or, with ``--http``, through an envhub server started on a loopback port (which also
-checks 409-after-end and that close releases the session). ``tasks`` prints the task count of
-every split under the configured options.
+checks 409-after-end and that close releases the session). ``check --dialect agentgym`` plays each
+env's AgentGym fidelity cases (envhub/fidelity.py: scripted episodes in AgentGym's grammar, with
+AgentGym's answers read from its source) and prints every difference. ``tasks`` prints the task
+count of every split under the configured options.
 Exit codes: 0 ok, 1 the env failed the check, 2 usage error (unknown env id or task, bad config).
 """
 
@@ -23,9 +26,10 @@ import sys
 from typing import Any, Sequence
 
 from common.config import Config, ConfigError, load_config
-from envhub import registry
+from envhub import fidelity, registry
 from envhub.client import EnvClient
 from envhub.conformance import ConformanceError, ConformanceReport, check_env
+from envhub.envs.agentgym import register_configured_servers
 
 
 class UsageError(Exception):
@@ -42,10 +46,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(own_args)
     try:
         cfg = load_config(args.config, overrides)
+        _register_configured_servers(cfg)
         return args.command(args, cfg)
     except (ConfigError, UsageError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def _register_configured_servers(cfg: Config) -> None:
+    try:
+        register_configured_servers(cfg.envhub.env_options)
+    except ValueError as error:  # a configured AgentGym server whose options do not hold
+        raise UsageError(str(error)) from None
 
 
 def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -68,8 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("serve", help="run an envhub server (see python -m envhub serve --help)")
     listing = commands.add_parser("list", help="registered env ids, turn caps and task counts", allow_abbrev=False)
     listing.set_defaults(command=run_list)
-    check = commands.add_parser("check", help="run the conformance checker on one env", allow_abbrev=False)
-    check.add_argument("env_id")
+    check = commands.add_parser("check", help="run the conformance checker on one env, or with --dialect "
+                                "agentgym the AgentGym fidelity cases of some or all envs", allow_abbrev=False)
+    check.add_argument("env_ids", nargs="*", metavar="ENV_ID")
+    check.add_argument("--dialect", choices=["agentgym"],
+                       help="play the fidelity cases of the AgentGym dialect (default: every env that has them)")
     check.add_argument("--task", help="task id (default: the first task of split train, else of the first split)")
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--action", action="append", dest="actions",
@@ -127,6 +142,14 @@ def run_list(args: argparse.Namespace, cfg: Config) -> int:
 
 
 def run_check(args: argparse.Namespace, cfg: Config) -> int:
+    if args.dialect:
+        if args.http or args.task is not None or args.actions:
+            raise UsageError("--dialect agentgym plays its own scripted cases in-process: "
+                             "--http, --task and --action do not apply")
+        return run_fidelity(args.env_ids or list(fidelity.FIDELITY_MODULES), cfg)
+    if len(args.env_ids) != 1:
+        raise UsageError("check takes one ENV_ID (several only with --dialect agentgym)")
+    args.env_id = args.env_ids[0]
     options = env_options(cfg, args.env_id)
     splits = task_splits(args.env_id, options)
     default_split = splits.get("train") or next(iter(splits.values()))
@@ -161,6 +184,34 @@ async def _check(args: argparse.Namespace, cfg: Config, options: dict[str, Any],
             return await check_env(client, args.env_id, task_id=task_id, seed=args.seed, actions=args.actions)
     finally:
         await asyncio.to_thread(server.stop)
+
+
+def run_fidelity(env_ids: list[str], cfg: Config) -> int:
+    """Play every fidelity case of ``env_ids`` in-process; 1 when any differs from AgentGym."""
+    failed = 0
+    for env_id in env_ids:
+        options = env_options(cfg, env_id)
+        try:
+            cases = fidelity.cases_for(env_id)
+        except LookupError as error:
+            raise UsageError(str(error)) from None
+        for case in cases:
+            problems = asyncio.run(_play_fidelity_case(env_id, {**options, **case.options}, case))
+            failed += bool(problems)
+            print(f"{'FAIL' if problems else 'PASS'} {env_id} {case.name} (task {case.task_id})")
+            for problem in problems:
+                print(f"    {problem}")
+    return 1 if failed else 0
+
+
+async def _play_fidelity_case(env_id: str, options: dict[str, Any], case: fidelity.FidelityCase) -> list[str]:
+    env = registry.make(env_id, **{**options, "dialect": "agentgym"})
+    try:
+        return await fidelity.play_case(env, case)
+    except Exception as error:  # the env raised: that case fails, the others still run
+        return [f"{case.name}: the env raised {type(error).__name__}: {error}"]
+    finally:
+        await env.close()
 
 
 def _report_line(report: ConformanceReport, where: str, task_id: str, seed: int) -> str:

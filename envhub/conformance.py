@@ -1,13 +1,14 @@
 """Conformance checker: does an environment keep the envhub contract (envhub/base.py)?
 
 `await check_env(client_or_env, env_id)` drives one env, either in-process (an
-`Environment` instance) or through a server (an `EnvClient`), and raises `ConformanceError`
+`Environment` instance) or through a server (an `EnvClient` over HTTP, or a `ChannelEnvClient`
+over the session channel: the same checks), and raises `ConformanceError`
 naming the first broken rule:
 1. reset returns a non-empty str observation and a JSON-serializable dict info;
 2. reset is deterministic for a given (task_id, seed);
 3. garbage and valid actions return well-typed `StepResult`s with reward in [0, 1];
-4. terminal steps carry a bool info["success"];
-5. over HTTP: a step after the end answers 409, and close releases the session
+4. terminal steps carry a bool info["success"], and any info["score"] is a finite number;
+5. through a server: a step after the end answers 409, and close releases the session
    (the server's session count returns to its value before the check, so run it while
    no other client opens or closes sessions on that server).
 The valid actions default to the env class's `example_actions`; when they form a winning
@@ -100,6 +101,9 @@ def _check_step(env_id: str, action: str, result: Any) -> None:
              f"{where}: reward {result.reward} outside [0, 1]")
     _require(isinstance(result.terminated, bool) and isinstance(result.truncated, bool), env_id,
              f"{where}: terminated/truncated must be bool")
+    score = result.info.get("score", 0.0)
+    _require(isinstance(score, (int, float)) and not isinstance(score, bool) and math.isfinite(score), env_id,
+             f"{where}: info['score'], when there, must be a finite number (AgentGym's score), got {score!r}")
     if result.terminated or result.truncated:
         _require(isinstance(result.info.get("success"), bool), env_id,
                  f"{where}: terminal step must carry a bool info['success'], got {result.info!r}")

@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Union
 
+from fastapi import HTTPException
 from pydantic import BaseModel
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,15 @@ ERRORS: dict[str, ErrorKind] = {
     "timeout": ErrorKind(504, "An env call exceeded envhub.step_timeout_s; the session is closed."),
 }
 
+class EnvhubError(HTTPException):
+    """A failed request of a kind in `ERRORS`: FastAPI answers it as ``{"detail": message}`` with the
+    kind's status, and the session channel (envhub/channel.py) sends the same status and message."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(status_code=ERRORS[kind].status_code, detail=message)
+        self.kind = kind
+
+
 ANY_ROUTE = ("auth_refused", "internal_error")
 """Kinds every route can answer: the token check runs before any route, and any route can fail."""
 
@@ -74,6 +84,7 @@ MEANING_SEPARATOR = " Or: "
 
 ROUTE_ERRORS: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/health"): (),
+    ("GET", "/channel"): (),
     ("GET", "/envs"): (),  # an env whose task list fails is listed with its error, not failed
     ("GET", "/envs/{env_id}/conversation"): ("env_config", "unknown_env"),
     ("POST", "/sessions"): ("bad_task", "env_config", "unknown_env", "malformed_request", "env_error",

@@ -17,13 +17,14 @@ import asyncio
 import socket
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import uvicorn
 import uvloop
 
 from common.config import ConfigError, load_config
 from envhub.config import EnvhubConfig
+from envhub.envs.agentgym import register_configured_servers
 from envhub.server import create_app
 
 ReadyCallback = Callable[[int], None]
@@ -45,14 +46,24 @@ class EnvhubServer:
         self.cfg = cfg
         self._socket = bind_socket(cfg.host, cfg.port)
         self.port: int = self._socket.getsockname()[1]
+        register_configured_servers(cfg.env_options)  # agentgym-<name>-vN ids: served here
         uvicorn_config = uvicorn.Config(
-            create_app(cfg), loop="uvloop", lifespan="on", log_level=log_level, access_log=False,
+            # httptools, not "auto": auto falls back to pure-Python h11 without a word, at 3x the CPU.
+            self._app(), loop="uvloop", http="httptools", lifespan="on", log_level=log_level, access_log=False,
             # Clients close idle connections first (EnvClient: 30 s); a server closing a
             # keep-alive connection while a client reuses it makes spurious ReadErrors.
             timeout_keep_alive=75,
         )
         self._server = uvicorn.Server(uvicorn_config)
         self._thread: threading.Thread | None = None
+
+    def _app(self) -> Any:
+        app = create_app(self.cfg)
+        # Sessions opened over the session channel (no HTTP request to learn the address from) browse
+        # webnav's sites here too; the browser runs on this host, so a wildcard bind is reached on loopback.
+        wildcard = self.cfg.host in ("0.0.0.0", "::")
+        app.state.hub_url = f"http://127.0.0.1:{self.port}" if wildcard else self.base_url
+        return app
 
     @property
     def base_url(self) -> str:

@@ -8,6 +8,7 @@ Endpoints (JSON):
     POST   /sessions                  {"env_id", "task_id", "seed"} -> 201 {"session_id", "observation", "info"}
     POST   /sessions/{sid}/step       {"action"} -> {"observation", "reward", "terminated", "truncated", "info"}
     DELETE /sessions/{sid}            {"closed": true}   (idempotent for sessions the server already closed)
+    GET    /channel                   {"port": n, "protocol": 1}: the session channel beside this API
     GET    /ui, /ui/api/...           the trajectory viewer over ``runs_dir`` (envhub/ui/routes.py)
     GET    /sites/...                 webnav-v0's offline sites (envhub/sites)
 
@@ -18,28 +19,39 @@ kept), 422 malformed body, 500 the env raised (session closed) or a server bug (
 session limit, 504 env call past its deadline (session closed). envhub/errors.py holds the table
 of them; each route documents its own in /openapi.json. A failing env is always reported, never
 turned into a silent reward of 0.
+
+The calls actors make all the time (create, step, close) take a lean path: envhub/hot_path.py
+answers them without FastAPI's routing and serialization (anything it cannot parse cleanly falls
+through to the routes here, so errors are FastAPI's own), and envhub/channel.py serves them over
+a persistent msgpack connection per actor, on its own port, with the same validation and errors.
 """
 
 import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 from collections import Counter, deque
-from typing import Any, AsyncIterator, Awaitable
+from collections.abc import Coroutine
+from typing import Any, AsyncIterator
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict
 
 from common.auth import require_token_for
 from envhub import registry
 from envhub.auth import TokenMiddleware
 from envhub.base import Environment, StepContractError, StepResult
+from envhub.channel import start_channel
+from envhub.channel_frames import PROTOCOL_VERSION
 from envhub.config import EnvhubConfig
-from envhub.errors import ERRORS, InternalErrorMiddleware, route_responses
+from envhub.deadline import DeadlinePassed, within_deadline
+from envhub.errors import EnvhubError, InternalErrorMiddleware, route_responses
+from envhub.hot_path import SessionHotPath
 from envhub.options import OPTION_ERRORS, OptionsError
+from envhub.session_models import CreateSessionRequest, CreateSessionResponse, StepRequest, StepResponse
 from envhub.sessions import (
     EpisodeOverError,
     Session,
@@ -48,36 +60,10 @@ from envhub.sessions import (
     SessionTable,
     UnknownSessionError,
 )
-from envhub.sites.serving import mount_sites
+from envhub.sites.serving import SITES_MOUNT, mount_sites
 from envhub.ui import ui_router
 
 logger = logging.getLogger(__name__)
-
-
-class CreateSessionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    env_id: str
-    task_id: str
-    seed: int = 0
-
-
-class CreateSessionResponse(BaseModel):
-    session_id: str
-    observation: str
-    info: dict[str, Any]
-
-
-class StepRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    action: str
-
-
-class StepResponse(BaseModel):
-    observation: str
-    reward: float
-    terminated: bool
-    truncated: bool
-    info: dict[str, Any]
 
 
 class ServerStats:
@@ -89,6 +75,10 @@ class ServerStats:
         self.steps_total = 0
         self.sessions_created = 0
         self.sessions_reaped = 0
+        self.channel_connections = 0
+        """Session channel connections open now (envhub/channel.py)."""
+        self.channel_sessions_released = 0
+        """Sessions closed because the channel connection that opened them went away."""
 
     def snapshot(self) -> dict[str, Any]:
         latencies = sorted(self.step_latencies_s)
@@ -100,6 +90,8 @@ class ServerStats:
             "steps_total": self.steps_total,
             "sessions_created": self.sessions_created,
             "sessions_reaped": self.sessions_reaped,
+            "channel": {"connections": self.channel_connections,
+                        "sessions_released_on_disconnect": self.channel_sessions_released},
             "errors": dict(self.errors),
             "step_latency_s": {"p50": percentile(0.5), "p99": percentile(0.99), "window": len(latencies)},
         }
@@ -124,7 +116,18 @@ async def _checked_step(env: Environment, action: str) -> StepResult:
     return result
 
 
+_JSON_SCALARS = (str, int, bool, type(None))
+
+
 def _check_json(info: dict[str, Any]) -> None:
+    # Envs' infos are almost always flat maps of text, numbers and bools: checking those directly
+    # costs a tenth of encoding them; anything else is encoded to find out.
+    for key, value in info.items():
+        if type(key) is not str or not (type(value) in _JSON_SCALARS
+                                        or (type(value) is float and math.isfinite(value))):
+            break
+    else:
+        return
     try:
         json.dumps(info, allow_nan=False)
     except (TypeError, ValueError) as error:
@@ -153,10 +156,10 @@ class SessionService:
             raise self._error("env_config", f"env {env_id}: no conversation start under its "
                               f"envhub.env_options: {error}") from None
 
-    def _error(self, kind: str, message: str) -> HTTPException:
+    def _error(self, kind: str, message: str) -> EnvhubError:
         """The answer to a failed request of `kind`, with the status envhub/errors.py gives it."""
         self.stats.errors[kind] += 1
-        return HTTPException(status_code=ERRORS[kind].status_code, detail=message)
+        return EnvhubError(kind, message)
 
     def _session(self, session_id: str) -> Session:
         try:
@@ -194,7 +197,7 @@ class SessionService:
             logger.exception("could not list the tasks of env %s", env_id)
             raise self._error("env_error", f"could not list the tasks of env {env_id}: {error!r}") from None
 
-    def _options_error(self, env_id: str, error: Exception) -> HTTPException:
+    def _options_error(self, env_id: str, error: Exception) -> EnvhubError:
         return self._error("env_config", f"env {env_id} cannot run under its envhub.env_options: {error}")
 
     def _new_session(self, request: CreateSessionRequest) -> Session:
@@ -232,23 +235,23 @@ class SessionService:
             session.episode_over = result.terminated or result.truncated
         return result
 
-    async def close(self, session_id: str) -> dict[str, Any]:
-        reason = self.table.gone_reason(session_id)
-        if reason is not None:  # idempotent: clients close in `finally` after a 410/500/504
-            return {"closed": True, "reason": reason}
-        session = self.table.remove(session_id, "closed by client")
+    async def close(self, session_id: str, reason: str = "closed by client") -> dict[str, Any]:
+        gone_reason = self.table.gone_reason(session_id)
+        if gone_reason is not None:  # idempotent: clients close in `finally` after a 410/500/504
+            return {"closed": True, "reason": gone_reason}
+        session = self.table.remove(session_id, reason)
         if session is None:
             raise self._error("unknown_session", f"unknown session {session_id}")
         async with session.lock:  # lets an in-flight step finish first
             await self._close_env(session.env, session.env_id)
         return {"closed": True}
 
-    async def _call_env(self, session: Session, call: str, coroutine: Awaitable[Any]) -> Any:
+    async def _call_env(self, session: Session, call: str, coroutine: Coroutine[Any, Any, Any]) -> Any:
         """Await an env call under the deadline; on timeout or error close the session and raise."""
         where = f"env {session.env_id} task {session.task_id}: {call}"
         try:
-            return await asyncio.wait_for(coroutine, self.cfg.step_timeout_s)
-        except asyncio.TimeoutError:
+            return await within_deadline(coroutine, self.cfg.step_timeout_s)
+        except DeadlinePassed:
             await self._discard(session, f"{call} exceeded the {self.cfg.step_timeout_s:g}s deadline")
             raise self._error("timeout", f"{where} exceeded the {self.cfg.step_timeout_s:g}s deadline; "
                               f"session {session.session_id} closed") from None
@@ -256,10 +259,13 @@ class SessionService:
             await self._discard(session, f"options error in {call}")
             raise self._error("env_config", f"{where}: {error}; session {session.session_id} closed") from None
         except Exception as error:
-            logger.warning("%s raised %r", where, error)
-            await self._discard(session, f"env error in {call}")
-            raise self._error("env_error", f"{where} raised {type(error).__name__}: {error}; "
-                              f"session {session.session_id} closed") from None
+            return await self._env_failed(session, call, where, error)
+
+    async def _env_failed(self, session: Session, call: str, where: str, error: Exception) -> Any:
+        logger.warning("%s raised %r", where, error)
+        await self._discard(session, f"env error in {call}")
+        raise self._error("env_error", f"{where} raised {type(error).__name__}: {error}; "
+                          f"session {session.session_id} closed") from None
 
     async def _discard(self, session: Session, reason: str) -> None:
         # The caller holds session.lock, so close the env directly.
@@ -268,7 +274,7 @@ class SessionService:
 
     async def _close_env(self, env: Environment, env_id: str) -> None:
         try:
-            await asyncio.wait_for(env.close(), self.cfg.step_timeout_s)
+            await within_deadline(env.close(), self.cfg.step_timeout_s)
         except Exception as error:  # the session is gone either way; count it, do not raise
             logger.warning("closing an env %s failed: %r", env_id, error)
             self.stats.errors["close_error"] += 1
@@ -298,13 +304,18 @@ class SessionService:
 def create_app(cfg: EnvhubConfig) -> FastAPI:
     """The envhub ASGI app: routes over a `SessionService`, with a reaper for idle sessions."""
     service = SessionService(cfg)
+    token = require_token_for(cfg.host, "envhub")  # beyond loopback only with the shared token
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         reaper = asyncio.create_task(service.reap_forever(), name="envhub-reaper")
+        hub_url = getattr(app.state, "hub_url", None)  # set by EnvhubServer, which knows its port
+        channel = await start_channel(service, cfg.host, token, sites_url=hub_url and hub_url + SITES_MOUNT)
+        app.state.channel_port = channel.sockets[0].getsockname()[1]
         try:
             yield
         finally:
+            channel.close()  # stops listening; open connections end with the server's loop
             reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
@@ -312,11 +323,12 @@ def create_app(cfg: EnvhubConfig) -> FastAPI:
 
     app = FastAPI(title="envhub", lifespan=lifespan)
     app.state.service = service
+    app.state.channel_port = None
     _add_routes(app, service)
     app.include_router(ui_router(cfg.runs_dir))  # the trajectory viewer at /ui (envhub/ui)
-    mount_sites(app)  # webnav-v0's offline shop, admin and forum at /sites (envhub/sites)
+    app.add_middleware(SessionHotPath, service=service)  # create/step/close without FastAPI's overhead
+    mount_sites(app)  # webnav-v0's sites at /sites; added after the hot path, so its address reaches it
     app.add_middleware(InternalErrorMiddleware, errors=service.stats.errors)  # a bug answers 500, logged
-    token = require_token_for(cfg.host, "envhub")  # beyond loopback only with the shared token
     if token is not None:
         app.add_middleware(TokenMiddleware, token=token, refusals=service.stats.errors)
     return app
@@ -331,6 +343,11 @@ def _add_routes(app: FastAPI, service: SessionService) -> None:
     @app.get("/health", responses=route_responses("GET", "/health"))
     async def health() -> dict[str, Any]:
         return {"status": "ok", "sessions": len(service.table), "stats": service.stats.snapshot()}
+
+    @app.get("/channel", responses=route_responses("GET", "/channel"))
+    async def channel(request: Request) -> dict[str, Any]:
+        """Where the session channel (envhub/channel.py) listens: same host, this port."""
+        return {"port": request.app.state.channel_port, "protocol": PROTOCOL_VERSION}
 
     @app.get("/envs", responses=route_responses("GET", "/envs"))
     async def list_envs() -> list[dict[str, Any]]:

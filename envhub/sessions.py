@@ -7,7 +7,7 @@ the server awaits `env.close()` for every session the table hands back as remove
 from __future__ import annotations
 
 import asyncio
-import uuid
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -36,6 +36,21 @@ class SessionLimitError(SessionError):
 
 class EpisodeOverError(SessionError):
     """A step was sent after the episode terminated or was truncated."""
+
+
+class SessionIds:
+    """Unguessable session ids (128 random bits, hex), drawn from the OS in batches: one system
+    call per 256 ids, where uuid4 made one per session (each a release and re-take of the GIL,
+    slow while env threads hold it)."""
+
+    def __init__(self, batch: int = 256) -> None:
+        self._batch, self._bytes, self._offset = batch, b"", 0
+
+    def next(self) -> str:
+        if self._offset >= len(self._bytes):
+            self._bytes, self._offset = os.urandom(16 * self._batch), 0
+        self._offset += 16
+        return self._bytes[self._offset - 16:self._offset].hex()
 
 
 @dataclass
@@ -70,6 +85,7 @@ class SessionTable:
         self._remembered_ids = remembered_ids
         self._open: dict[str, Session] = {}
         self._gone: OrderedDict[str, str] = OrderedDict()
+        self._ids = SessionIds()
 
     def __len__(self) -> int:
         return len(self._open)
@@ -82,7 +98,7 @@ class SessionTable:
     def create(self, env_id: str, task_id: str, env: Environment, now_s: float) -> Session:
         """Add a session for `env`; raises `SessionLimitError` when the table is full."""
         self.ensure_room()
-        session = Session(uuid.uuid4().hex, env_id, task_id, env, last_used_s=now_s)
+        session = Session(self._ids.next(), env_id, task_id, env, last_used_s=now_s)
         self._open[session.session_id] = session
         return session
 

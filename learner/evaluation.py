@@ -13,8 +13,8 @@
    learner waits for it (up to ``eval_end_timeout_s``) before it stops. With ``eval_at_start``, the
    round of step 0 is waited for before the first update, so it measures the untrained policy only.
 5. After every learner step the learner drains that queue without waiting; once every group of
-   the round is in, it logs ``eval/<env>/{success,pass@n,reward,num_turns,truncated_frac,
-   error_frac,episode_tokens}`` and ``eval/round_s`` at step s.
+   the round is in, it logs ``eval/<env>/{success,pass@n,agentgym_avg@n,agentgym_pass@n,reward,
+   num_turns,truncated_frac,error_frac,episode_tokens}`` and ``eval/round_s`` at step s.
 
 One round at a time: a round that falls due while the previous one is still incomplete is
 skipped (``eval/rounds_skipped``), not queued, so validation never holds more than one round's
@@ -77,8 +77,25 @@ def pass_at_n(groups: list[list[Trajectory]]) -> float:
     return float(np.mean([any(e.success and e.status == "ok" for e in episodes) for episodes in groups]))
 
 
+def agentgym_score(episode: Trajectory) -> float:
+    """An episode's score as AgentGym-RL counts it: the last step's score (the reward where the env
+    reports no score); 0 for an episode that failed (AgentGym-RL's rollout scores a failed step 0)."""
+    if episode.status != "ok":
+        return 0.0
+    return episode.reward if episode.score is None else episode.score
+
+
+def agentgym_avg_and_pass(groups: list[list[Trajectory]]) -> tuple[float, float]:
+    """AgentGym-RL's evaluation (``verl/agent_trainer/main_eval.py``) over tasks of n episodes each:
+    Avg is the mean over tasks of the mean score, Pass the mean over tasks of the best score (the
+    pass rate where scores are 0 or 1)."""
+    scores = [[agentgym_score(e) for e in episodes] for episodes in groups]
+    return float(np.mean([np.mean(s) for s in scores])), float(np.mean([np.max(s) for s in scores]))
+
+
 def eval_scalars(groups: list[Group]) -> dict[str, float]:
-    """``eval/<env>/...`` of one complete round: episode means per env and pass@n over its tasks."""
+    """``eval/<env>/...`` of one complete round: episode means per env, pass@n over its tasks, and
+    AgentGym-RL's Avg and Pass (``agentgym_avg@n``, ``agentgym_pass@n``) to set beside the paper."""
     by_env: dict[str, list[Group]] = defaultdict(list)
     for group in groups:
         by_env[group.lease.env_id].append(group)
@@ -86,6 +103,8 @@ def eval_scalars(groups: list[Group]) -> dict[str, float]:
     for env_id, env_groups in sorted(by_env.items()):
         out.update(episode_summary(f"eval/{env_id}", [e for g in env_groups for e in g.episodes]))
         out[f"eval/{env_id}/pass@n"] = pass_at_n([g.episodes for g in env_groups])
+        avg, best = agentgym_avg_and_pass([g.episodes for g in env_groups])
+        out[f"eval/{env_id}/agentgym_avg@n"], out[f"eval/{env_id}/agentgym_pass@n"] = avg, best
     return out
 
 

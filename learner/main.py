@@ -46,6 +46,8 @@ from common.models import load_tokenizer, resolve_model
 from common.net import free_port
 from common.transport import bind_random, configure
 from common.weight_sync import WeightBroadcaster
+from envhub import registry
+from envhub.envs.agentgym import register_configured_servers
 from envhub.registry import task_ids
 from learner.batching import collate, split_stale, stale_token_count
 from learner.checkpoint import latest_complete
@@ -92,6 +94,7 @@ class Learner:
         torch.manual_seed(cfg.run.seed)
         torch.set_num_threads(cfg.learner.torch_threads)
         use_deterministic_algorithms(self.cfg.run.deterministic)
+        register_configured_servers(cfg.envhub.env_options)  # agentgym-<name>-vN ids: their task lists
         init_process_group(0, cfg.learner.num_ranks, *(self.master or (self.host, free_port(self.host))))
         self.model_path = str(resolve_model(cfg.model.name, cfg.model.cache_dir))
         self._tokenizer = None  # loaded for the first sample text
@@ -131,7 +134,8 @@ class Learner:
         env_tasks = {env_id: task_ids(env_id, r.split, **options.get(env_id, {})) for env_id in r.envs}
         return TaskSampler(env_tasks, r.group_size, lc.groups_per_step, self.max_policy_lag,
                            lc.lease_timeout_s, r.max_episode_tokens, self.cfg.run.seed,
-                           max_group_reissues=lc.max_group_reissues)
+                           max_group_reissues=lc.max_group_reissues,
+                           env_max_turns={env_id: registry.spec(env_id).max_turns for env_id in r.envs})
 
     @property
     def max_policy_lag(self) -> int:

@@ -197,6 +197,7 @@ class TaskSampler:
         seed: int,
         clock: Callable[[], float] = time.time,
         max_group_reissues: int = 3,
+        env_max_turns: dict[str, int] | None = None,
     ) -> None:
         _validate_args(env_tasks, group_size, groups_per_step, max_policy_lag, lease_timeout_s,
                        max_episode_tokens)
@@ -207,6 +208,8 @@ class TaskSampler:
         self.max_policy_lag, self.lease_timeout_s = max_policy_lag, lease_timeout_s
         self.max_episode_tokens, self.seed, self.clock = max_episode_tokens, seed, clock
         self.env_ids = list(env_tasks)  # round-robin in the given (config) order
+        self.env_max_turns = dict(env_max_turns or {})
+        """Each env's own turn limit (its registry ``max_turns``): no lease of it allows more turns."""
         self._cursors = {env: _TaskCursor(env, tasks, seed) for env, tasks in env_tasks.items()}
         self.version = 0
         self.turn_cap: int | None = None
@@ -237,7 +240,8 @@ class TaskSampler:
         self.version = version
 
     def set_turn_cap(self, cap: int) -> None:
-        """Turn cap stamped on leases issued from now on (re-issues included)."""
+        """Turn cap stamped on leases issued from now on (re-issues included), or the env's own
+        ``max_turns`` where that is lower."""
         if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
             raise ValueError(f"turn cap must be a positive integer, got {cap!r}")
         self.turn_cap = cap
@@ -455,7 +459,8 @@ class TaskSampler:
         lease = TaskLease(
             lease_id=f"{group.group_id}-r{group.attempt}", group_id=group.group_id, env_id=group.env_id,
             task_id=group.task_id, seed=group.seed, group_size=group.group_size or self.group_size,
-            turn_cap=self.turn_cap, max_episode_tokens=self.max_episode_tokens, policy_version=self.version,
+            turn_cap=min(self.turn_cap, self.env_max_turns.get(group.env_id, self.turn_cap)),
+            max_episode_tokens=self.max_episode_tokens, policy_version=self.version,
             deadline_unix_s=now + self.lease_timeout_s, purpose=purpose,
         )
         group.lease_id = lease.lease_id

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from common.chat import ChatTokenBuffer
 from common.config import Config, RolloutSection, load_config
 from common.models import build_once, load_model, load_tokenizer, resolve_model
-from common.paths import default_cache_dir
+from common.paths import cache_dir_or_default, default_cache_dir
 from envhub.envs.keydoor import KeyDoorEnv
 
 GAME_OPTIONS = ("room_pool", "rooms_per_task")
@@ -155,7 +155,7 @@ def cached_warm_model(cfg: Config) -> Path:
     options, prompt and turn cap (about 95 s on 2 cores) and kept in the model cache."""
     settings = _run_settings(cfg) | {"observation_weight": RUN_OBSERVATION_WEIGHT}
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    target = Path(cfg.model.cache_dir).expanduser() / f"tiny-keydoor-warm-{digest}"
+    target = cache_dir_or_default(cfg.model.cache_dir) / f"tiny-keydoor-warm-{digest}"
     return build_once(target, lambda out_dir: warm_start(out_dir, **settings))
 
 

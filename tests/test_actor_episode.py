@@ -5,6 +5,7 @@ lease's token budget, never later than its deadline."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -14,7 +15,7 @@ from transformers import Qwen2ForCausalLM
 from actors.conversation import ConversationStarts
 from actors.engine import CpuEngine
 from actors.engine_api import SamplingParams
-from actors.episode import EpisodeDeps, run_episode
+from actors.episode import EpisodeDeps, reported_score, run_episode
 from common import protocol
 from common.protocol import TaskLease, Trajectory
 from common.tiny_model import load_tiny_tokenizer, tiny_qwen2_config
@@ -111,3 +112,18 @@ def test_an_env_step_in_flight_at_the_deadline_is_cancelled():
     assert (trajectory.status, trajectory.finish_reason) == ("timeout", "deadline")
     # Generated, then cut while the env was stepping: the reply the env never answered is kept.
     assert trajectory.num_turns == 0 and len(trajectory.turn_spans) == 1
+
+
+def test_the_envs_last_score_is_the_episodes_score_and_a_broken_one_is_none():
+    assert reported_score({"score": -100}) == -100.0 and reported_score({"score": 0.82}) == 0.82
+    for broken in ({}, {"score": True}, {"score": "1"}, {"score": float("nan")}, {"score": float("inf")}):
+        assert reported_score(broken) is None
+
+
+def test_the_trajectory_carries_the_envs_score_after_the_last_step(hub_url):
+    unscored, _ = play(hub_url, lease(turn_cap=1))  # keydoor reports no score: reward stands for it
+    assert unscored.status == "ok" and unscored.score is None
+    task = dataclasses.replace(lease(turn_cap=2), env_id="textcraft-v0", task_id="0")
+    scored, _ = play(hub_url, task)
+    assert scored.status == "ok" and scored.num_turns == 2
+    assert scored.score is not None and scored.score == scored.env_info["score"]

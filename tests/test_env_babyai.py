@@ -1,6 +1,9 @@
 """babyai-v0: level table and splits, deterministic resets, macro-actions, and the real HTTP server.
 
-Async test bodies run under asyncio.run (no pytest-asyncio); the server runs in a background thread.
+Most tests here are about the ``lenient`` dialect (this env's own grammar); the ``agentgym`` dialect
+(the default) has tests/test_fidelity_babyai.py, and shares the levels, resets, conformance and
+server tests here. Async test bodies run under asyncio.run (no pytest-asyncio); the server runs in a
+background thread.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from envhub.client import EnvClient, EnvClientError
 from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
 from envhub.envs.babyai import BabyAIEnv
+from envhub.envs.babyai.agentgym_levels import AGENTGYM_LEVEL_IDS, agentgym_level_and_seed
 from envhub.envs.babyai.levels import LEVELS, TaskLayout
 from tests.servers import running_hub
 
@@ -25,10 +29,16 @@ ENV_ID = "babyai-v0"
 GOTO_MISSION = re.compile(
     r"Your goal: go to (?:the|a) (?:(red|green|blue|purple|yellow|grey) )?(ball|key|box|door)\n")
 OPEN_RED_DOOR_LEVEL, BOSS_LEVEL = 12, 38
+LENIENT = {"dialect": "lenient"}
 
 
 def task(level_index: int, seed_offset: int = 0) -> str:
+    """A lenient task id."""
     return str(level_index * 1000 + seed_offset)
+
+
+def lenient_env() -> BabyAIEnv:
+    return BabyAIEnv(dialect="lenient")
 
 
 def available(observation: str) -> list[str]:
@@ -41,7 +51,7 @@ async def act(env: BabyAIEnv, action: str) -> StepResult:
 
 async def play_goto(task_id: str, max_turns: int = 30) -> StepResult:
     """Parse a GoTo mission; "go to" the target once it is known, else look around and walk."""
-    env = BabyAIEnv()
+    env = lenient_env()
     observation, _ = await env.reset(task_id, seed=0)
     colour, kind = GOTO_MISSION.search(observation).groups()
     target = re.compile(rf"go to {colour or '[a-z]+'} {kind} \d+")
@@ -68,30 +78,64 @@ def test_forty_minigrid_levels_and_splits() -> None:
     for bad in ("40000", "-1", "x"):
         with pytest.raises(ValueError, match="task id"):
             layout.level_and_seed(bad)
-    train, test = registry.task_ids(ENV_ID, "train"), registry.task_ids(ENV_ID, "test")
+    train, test = registry.task_ids(ENV_ID, "train", **LENIENT), registry.task_ids(ENV_ID, "test", **LENIENT)
     assert (len(train), len(test)) == (40 * 900, 40 * 100) and not set(train) & set(test)
     assert "899" in train and "900" in test and "39999" in test
-    goto = registry.task_ids(ENV_ID, "goto")
+    goto = registry.task_ids(ENV_ID, "goto", **LENIENT)
     assert {LEVELS[int(t) // 1000][0] for t in goto} == set(level_ids[:11])
     assert all(level_id.startswith("BabyAI-GoTo") for level_id in level_ids[:11])
-    assert set(registry.task_ids(ENV_ID, "goto_test")) <= set(test)
-    small = registry.task_splits(ENV_ID, seeds_per_level=10, test_seeds_per_level=2)
+    assert set(registry.task_ids(ENV_ID, "goto_test", **LENIENT)) <= set(test)
+    small = registry.task_splits(ENV_ID, seeds_per_level=10, test_seeds_per_level=2, require_action_marker=False,
+                                 **LENIENT)
     assert len(small["train"]) == 320 and small["test"][:2] == [8, 9]
     with pytest.raises(ValueError, match="test_seeds_per_level"):
-        BabyAIEnv(seeds_per_level=10, test_seeds_per_level=10)
+        BabyAIEnv(seeds_per_level=10, test_seeds_per_level=10, **LENIENT)
+
+
+def test_agentgym_task_ids_are_agentgyms_data_idx_and_low_ids_are_held_out() -> None:
+    # AgentGym's BabyAIEnv.reset: all_levels[data_idx % 40 + 1], seed data_idx // 40.
+    assert agentgym_level_and_seed("0") == ("BabyAI-GoToRedBallGrey-v0", 0)
+    assert agentgym_level_and_seed("41") == ("BabyAI-GoToRedBall-v0", 1)
+    assert agentgym_level_and_seed("3") == ("BabyAI-GoToObjS4-v0", 0)  # its GoToObjS6-v0: minigrid < 2.5, room 4
+    assert agentgym_level_and_seed("39999") == ("BabyAI-BossLevelNoUnlock-v0", 999)
+    for bad in ("40000", "-1", "x"):
+        with pytest.raises(ValueError, match="task id"):
+            agentgym_level_and_seed(bad)
+    splits = registry.task_splits(ENV_ID)  # agentgym is the default dialect
+    assert list(splits["test"]) == list(range(400)) and list(splits["train"]) == list(range(400, 40000))
+    assert all(int(n) % 40 < 11 for n in splits["goto"]) and len(splits["goto"]) == 11 * 990
+    assert set(splits["goto_test"]) <= set(splits["test"]) and set(splits["goto"]) <= set(splits["train"])
+    assert registry.spec(ENV_ID).max_turns == 20  # AgentGym-RL's examples/eval/babyai_eval.sh max_rounds
+
+
+def test_dialect_option_is_checked() -> None:
+    with pytest.raises(ValueError, match=r"dialect must be one of \('agentgym', 'lenient'\)"):
+        BabyAIEnv(dialect="strict")
+    with pytest.raises(ValueError, match="apply only to dialect 'lenient'"):
+        BabyAIEnv(seeds_per_level=10)
+    with pytest.raises(ValueError, match="unknown option"):
+        BabyAIEnv(dialect="lenient", seeds=3)
+    with pytest.raises(ValueError, match="apply only to dialect 'lenient'"):
+        registry.task_splits(ENV_ID, require_action_marker=False)
 
 
 def test_every_level_resets_deterministically_and_quietly(capsys: pytest.CaptureFixture[str]) -> None:
     async def body() -> None:
-        env_a, env_b = BabyAIEnv(), BabyAIEnv()
+        env_a, env_b = lenient_env(), lenient_env()
+        agentgym_a, agentgym_b = BabyAIEnv(), BabyAIEnv()
         for level_index, (level_id, _) in enumerate(LEVELS):
             first, info = await env_a.reset(task(level_index), seed=0)
             again, _ = await env_b.reset(task(level_index), seed=7)  # the task alone fixes the level
             assert first == again and info["level"] == level_id and info["success"] is False
             assert first.startswith("Your goal: ") and "Available actions: turn left, turn right" in first
+            first, info = await agentgym_a.reset(str(level_index), seed=0)
+            again, _ = await agentgym_b.reset(str(level_index), seed=7)
+            assert first == again and info["level"] == AGENTGYM_LEVEL_IDS[level_index] and info["score"] == 0.0
+            assert first.startswith("Your goal: ") and '\nAvailable actions: ["turn left", "turn right", ' in first
         layouts = {(await env_a.reset(task(0, offset), seed=0))[0] for offset in range(5)}
         assert len(layouts) > 1, "seed offsets should vary the layout"
         await env_a.reset(task(BOSS_LEVEL, 3), seed=0)  # minigrid prints "Sampling rejected" here
+        await agentgym_a.reset(str(BOSS_LEVEL + 3 * 40), seed=0)
 
     asyncio.run(body())
     assert capsys.readouterr().out == ""
@@ -115,7 +159,7 @@ def test_scripted_goto_policy_wins_goto_tasks() -> None:
 
 def test_pick_up_and_drop() -> None:
     async def body() -> None:
-        env = BabyAIEnv()
+        env = lenient_env()
         await env.reset(task(0), seed=0)  # "go to the red ball", grey distractors around
         picked = await act(env, "pick up grey key 1")
         assert picked.info["action_valid"] and not picked.terminated
@@ -137,7 +181,7 @@ def test_pick_up_and_drop() -> None:
 
 def test_doors_toggle_and_go_through() -> None:
     async def body() -> None:
-        env = BabyAIEnv()
+        env = lenient_env()
         observation, _ = await env.reset(task(OPEN_RED_DOOR_LEVEL), seed=0)  # "open the red door"
         assert "red door 1 (closed)" in observation
         reached = await act(env, "go to the red door")
@@ -155,7 +199,7 @@ def test_doors_toggle_and_go_through() -> None:
 
 def test_invalid_actions_get_explanations_and_spend_no_step() -> None:
     async def body() -> None:
-        env = BabyAIEnv()
+        env = lenient_env()
         await env.reset(task(OPEN_RED_DOOR_LEVEL), seed=0)
         replies_and_reasons = [
             ("go to the red ball", "No action found"),  # no "Action:" line
@@ -177,7 +221,7 @@ def test_invalid_actions_get_explanations_and_spend_no_step() -> None:
 
 def test_minigrid_time_limit_truncates_without_success() -> None:
     async def body() -> None:
-        env = BabyAIEnv()
+        env = lenient_env()
         _, info = await env.reset(task(OPEN_RED_DOOR_LEVEL), seed=0)
         for turn in range(1, info["max_primitive_steps"] + 1):
             result = await act(env, "turn left")
@@ -193,20 +237,22 @@ def test_minigrid_time_limit_truncates_without_success() -> None:
 # --- over HTTP ---------------------------------------------------------------------------
 
 
-def test_conformance_in_process_and_over_http() -> None:
+@pytest.mark.parametrize("dialect", ["agentgym", "lenient"])
+def test_conformance_in_process_and_over_http(dialect: str) -> None:
+    # Task 400: GoToRedBallGrey seed 10 under agentgym, GoToRedBallGrey seed 400 under lenient.
     async def body(url: str) -> None:
-        report = await check_env(BabyAIEnv(), ENV_ID, task_id="0")
+        report = await check_env(BabyAIEnv(dialect=dialect), ENV_ID, task_id="400")
         assert report.reached_terminal and report.success is True
         async with EnvClient(url) as client:
-            report = await check_env(client, ENV_ID, task_id="0")
+            report = await check_env(client, ENV_ID, task_id="400")
             assert report.reached_terminal and report.success is True
 
-    with running_hub(EnvhubConfig()) as url:
+    with running_hub(EnvhubConfig(env_options={ENV_ID: {"dialect": dialect}})) as url:
         asyncio.run(body(url))
 
 
 def test_options_decide_the_tasks_over_http() -> None:
-    options = {ENV_ID: {"seeds_per_level": 10, "test_seeds_per_level": 2}}
+    options = {ENV_ID: {"dialect": "lenient", "seeds_per_level": 10, "test_seeds_per_level": 2}}
 
     async def body(url: str) -> None:
         async with EnvClient(url) as client:

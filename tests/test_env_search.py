@@ -23,6 +23,8 @@ from envhub.envs.search import wiki_offline
 from envhub.envs.search.wiki_offline import DefaultDataset
 from envhub.envs.search.answers import exact_match, normalize_answer
 from envhub.envs.search.data import DataFormatError, load_questions, scan_corpus
+from envhub.envs.search import agentgym_dialect as agentgym
+from envhub.envs.search.agentgym_dialect import parse_agentgym_reply
 from envhub.envs.search.env import MAX_QUERY_CHARS, DeepSearchEnv, parse_reply, shared_questions
 from envhub.envs.search.retriever import load_or_build_retriever, search_cache_dir, shared_retriever
 from envhub.main import EnvhubServer
@@ -89,7 +91,8 @@ def running_hub(env_options: dict[str, Any]) -> Iterator[str]:
 
 
 def _titles_in(observation: str) -> list[str]:
-    return [line.split("(Title: ", 1)[1].split(")", 1)[0] for line in observation.split("Doc ")[1:]]
+    """Titles of a result block in either dialect ("Doc 1 (Title: T)" or AgentGym's 'Doc 1(Title: "T")')."""
+    return [line.split("(Title: ", 1)[1].split(")", 1)[0].strip('"') for line in observation.split("Doc ")[1:]]
 
 
 # --- data, retrieval, scoring -------------------------------------------------------------
@@ -153,12 +156,25 @@ def test_normalize_answer_lowercases_and_strips_punctuation_and_articles() -> No
     assert normalize_answer("  The  Quick, Brown Fox's DEN!  ") == "quick brown foxs den"
 
 
-def test_parse_reply_reads_the_last_tag() -> None:
+def test_lenient_parse_reply_reads_the_last_tag() -> None:
     assert parse_reply("no tags here") is None
     reply = "<think>first search</think><search>okapi</search> then <answer> Okapi </answer>"
     assert (parse_reply(reply).kind, parse_reply(reply).content) == ("answer", "Okapi")
     assert parse_reply("<answer>x</answer> on second thought <SEARCH>zebra legs</SEARCH>").content == "zebra legs"
     assert parse_reply("<search>cut at the stop string").content == "cut at the stop string"
+
+
+def test_agentgym_parsing_acts_on_the_first_closed_tag_and_scores_the_last_answer() -> None:
+    # agentenv-searchqa env_wrapper.py SearchQAEnvServer.step and reward_score/qa_em.py extract_solution.
+    assert parse_agentgym_reply("no tags here") is None
+    assert parse_agentgym_reply("<search>cut at the stop string") is None
+    assert parse_agentgym_reply("<SEARCH>okapi</SEARCH>") is None
+    first = parse_agentgym_reply("<think>t</think><search> okapi\nlegs </search> <answer>Okapi</answer>")
+    assert (first.kind, first.content) == ("search", "okapi\nlegs")
+    answer = parse_agentgym_reply("<answer> Giraffe </answer> no: <search>x</search><answer> Okapi </answer>")
+    assert (answer.kind, answer.content, answer.scored_answer) == ("answer", "Giraffe", "Okapi")
+    skipped = parse_agentgym_reply("<search>unclosed <answer>Okapi</answer>")
+    assert (skipped.kind, skipped.scored_answer) == ("answer", "Okapi")
 
 
 # --- the env ------------------------------------------------------------------------------
@@ -175,9 +191,9 @@ async def _play_scripted(env: DeepSearchEnv, task_id: str, answer_with: str | No
     return _titles_in(searched.observation), final
 
 
-def test_scripted_policy_that_searches_then_answers_gets_reward_one(small_dataset: dict[str, str]) -> None:
+def test_lenient_scripted_policy_that_searches_then_answers_gets_reward_one(small_dataset: dict[str, str]) -> None:
     async def body() -> None:
-        env = DeepSearchEnv(**small_dataset, top_k=2)
+        env = DeepSearchEnv(**small_dataset, top_k=2, dialect="lenient")
         for task_id, source_title in enumerate(SOURCE_TITLES):
             titles, final = await _play_scripted(env, str(task_id), answer_with=None)
             assert titles[0] == source_title and len(titles) <= 2
@@ -185,14 +201,56 @@ def test_scripted_policy_that_searches_then_answers_gets_reward_one(small_datase
             assert final.info["golden_answers"] == list(QUESTIONS[task_id]["golden_answers"])
         _, wrong = await _play_scripted(env, "0", answer_with="Giraffe")
         assert (wrong.reward, wrong.terminated, wrong.info["success"]) == (0.0, True, False)
+        assert [final.info["score"], wrong.info["score"]] == [1.0, 0.0]
         await env.close()
+
+    asyncio.run(body())
+
+
+def test_agentgym_episode_searches_retries_after_a_wrong_answer_and_wins(small_dataset: dict[str, str]) -> None:
+    async def body() -> None:
+        env = DeepSearchEnv(**small_dataset, top_k=2)  # agentgym is the default dialect
+        titles, wrong = await _play_scripted(env, "0", answer_with="Giraffe")
+        assert titles[0] == "Okapi"
+        assert (wrong.observation, wrong.reward, wrong.terminated) == (agentgym.INCORRECT, 0.0, False)
+        assert wrong.info["score"] == 0.0 and wrong.info["action_valid"]
+        invalid = await env.step("<answer>Okapi")
+        assert (invalid.observation, invalid.info["action_parsed"]) == (agentgym.INVALID, False)
+        right = await env.step("<think>The search said okapi.</think><answer> the okapi </answer>")
+        assert (right.observation, right.reward, right.terminated) == (agentgym.CORRECT, 1.0, True)
+        assert right.info["success"] and right.info["score"] == 1.0
+        await env.close()
+
+    asyncio.run(body())
+
+
+def test_agentgym_results_follow_agentgyms_layout(small_dataset: dict[str, str], tmp_path: Path) -> None:
+    contents_corpus = _write_jsonl(tmp_path / "contents.jsonl", [
+        {"id": str(n), "contents": f"{title}\n{text}"} for n, (title, text) in enumerate(ARTICLES.items())])
+
+    async def body() -> None:
+        split_layout = DeepSearchEnv(**small_dataset)
+        await split_layout.reset("0", seed=0)
+        shown = (await split_layout.step("<search>okapi zebra</search>")).observation
+        assert shown == f'<information>Doc 1(Title: "Okapi") {ARTICLES["Okapi"]}</information>'
+        # A contents row's first line is shown as written (wiki-18 quotes it; this corpus does not).
+        contents_layout = DeepSearchEnv(corpus_path=str(contents_corpus),
+                                        questions_path=small_dataset["questions_path"])
+        await contents_layout.reset("0", seed=0)
+        shown = (await contents_layout.step("<search>volcano mountain rock</search>")).observation
+        assert shown.startswith("<information>Doc 1(Title: Kilimanjaro) Mount Kilimanjaro")
+        assert "\nDoc 2(Title: " in shown and shown.endswith(".</information>")
 
     asyncio.run(body())
 
 
 def test_first_observation_has_the_instruction_and_question(small_dataset: dict[str, str]) -> None:
     async def body() -> None:
-        env = DeepSearchEnv(**small_dataset)
+        agentgym_env = DeepSearchEnv(**small_dataset)
+        observation, _ = await agentgym_env.reset("2", seed=5)
+        assert observation.startswith("You must reason inside <think>...</think> first.")
+        assert observation.endswith(f"Follow this process every time.\n\n Question: {QUESTIONS[2]['question']}")
+        env = DeepSearchEnv(**small_dataset, dialect="lenient")
         observation, info = await env.reset("2", seed=5)
         assert observation == (await env.reset("2", seed=5))[0]
         assert "<search> query </search>" in observation and "<answer> Beijing </answer>" in observation
@@ -204,7 +262,7 @@ def test_first_observation_has_the_instruction_and_question(small_dataset: dict[
 
 def test_bad_replies_get_feedback_and_keep_the_episode_going(small_dataset: dict[str, str]) -> None:
     async def body() -> None:
-        env = DeepSearchEnv(**small_dataset, max_passage_chars=20)
+        env = DeepSearchEnv(**small_dataset, max_passage_chars=20, dialect="lenient")
         await env.reset("0", seed=0)
         no_tag = await env.step("I think it is the okapi.")
         assert "<search> and </search>" in no_tag.observation and not no_tag.terminated
@@ -216,8 +274,9 @@ def test_bad_replies_get_feedback_and_keep_the_episode_going(small_dataset: dict
         assert nothing.observation == "<information>No passage matched the query.</information>"
         cut = await env.step("<search>okapi</search>")
         assert "Doc 1 (Title: Okapi) The okapi is a giraf ..." in cut.observation
-        assert cut.info == {"success": False, "searches": 2, "action_parsed": True}
+        assert cut.info == {"success": False, "searches": 2, "action_parsed": True, "action_valid": True, "score": 0.0}
         assert [r.info["action_parsed"] for r in (no_tag, empty, too_long)] == [False, False, True]
+        assert too_long.info["action_valid"] is False
 
     asyncio.run(body())
 
@@ -231,6 +290,8 @@ def test_options_are_validated_with_clear_errors(small_dataset: dict[str, str], 
         DeepSearchEnv(**small_dataset, top_k=0)
     with pytest.raises(ValueError, match="max_passage_chars"):
         DeepSearchEnv(**small_dataset, max_passage_chars="long")
+    with pytest.raises(ValueError, match=r"dialect must be one of \('agentgym', 'lenient'\)"):
+        DeepSearchEnv(**small_dataset, dialect="searchr1")
     splits = registry.task_splits(ENV_ID, **small_dataset)
     as_lists = {name: list(numbers) for name, numbers in splits.items()}
     assert as_lists == {"train": [0, 1, 2], "test": [], "all": [0, 1, 2]}
@@ -277,11 +338,13 @@ def test_conformance_and_a_scripted_win_over_http_on_the_default_dataset(default
     async def body(url: str) -> None:
         async with EnvClient(url) as client:
             report = await check_env(client, ENV_ID, task_id="0")
-            assert report.reached_terminal and report.success is False
+            assert not report.reached_terminal  # under agentgym only a right answer ends an episode
             question = shared_questions(default_data.questions_path)[0]
             handle = await client.create(ENV_ID, "0", seed=0)
             searched = await client.step(handle.session_id, f"<search>{question.question}</search>")
             assert question.metadata["source_title"] in _titles_in(searched.observation)
+            wrong = await client.step(handle.session_id, "<answer>certainly not this</answer>")
+            assert (wrong.observation, wrong.terminated) == (agentgym.INCORRECT, False)
             final = await client.step(handle.session_id, f"<answer>{question.golden_answers[0]}</answer>")
             assert (final.reward, final.terminated, final.info["success"]) == (1.0, True, True)
             await client.close(handle.session_id)
@@ -290,13 +353,13 @@ def test_conformance_and_a_scripted_win_over_http_on_the_default_dataset(default
         asyncio.run(body(url))
 
 
-def test_conformance_over_http_with_a_flashrag_dataset(small_dataset: dict[str, str]) -> None:
+def test_lenient_conformance_over_http_with_a_flashrag_dataset(small_dataset: dict[str, str]) -> None:
     async def body(url: str) -> None:
         async with EnvClient(url) as client:
-            report = await check_env(client, ENV_ID, task_id="1")
-            assert report.reached_terminal
+            report = await check_env(client, ENV_ID, task_id="1", options={"dialect": "lenient"})
+            assert report.reached_terminal and report.success is False
             envs = {env["id"]: env for env in await client.list_envs()}
             assert envs[ENV_ID]["splits"] == {"train": 3, "test": 0, "all": 3}
 
-    with running_hub(small_dataset) as url:
+    with running_hub({**small_dataset, "dialect": "lenient"}) as url:
         asyncio.run(body(url))

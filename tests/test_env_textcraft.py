@@ -1,8 +1,9 @@
 """textcraft-v0: recipe loading and parity, the crafting rules, a scripted planner, real HTTP.
 
-The ADaPT recipe folder (shared/data/textcraft-adapt-recipes beside the repo) must give the
-original's 544 goals (125 / 291 / 117 / 11 at depths 1-4); the default recipe set, built from
-the minecraft-data package (pc 1.16.2), gives 546 goals (126 / 291 / 118 / 11).
+Most tests here are about the ``lenient`` dialect (LENIENT); tests/test_fidelity_textcraft.py covers
+the default ``agentgym`` dialect. The ADaPT recipe folder (shared/data/textcraft-adapt-recipes beside
+the repo) must give the original's 544 goals (125 / 291 / 117 / 11 at depths 1-4); the lenient
+dialect's default recipe set, built from minecraft-data (pc 1.16.2), gives 546 (126 / 291 / 118 / 11).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from envhub.base import StepResult
 from envhub.client import EnvClient
 from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
+from envhub.envs.textcraft.agentgym_tree import goal_items
 from envhub.envs.textcraft.catalog import Catalog, load_catalog
 from envhub.envs.textcraft.datapack import load_datapack
 from envhub.envs.textcraft.env import TextCraftEnv
@@ -33,6 +35,7 @@ ADAPT_CANDIDATES = (Path(__file__).resolve().parents[2] / "shared" / ADAPT_DIR_N
                     Path("/work/shared") / ADAPT_DIR_NAME)
 ADAPT_DIR = next((path for path in ADAPT_CANDIDATES if path.is_dir()), None)
 needs_adapt = pytest.mark.skipif(ADAPT_DIR is None, reason=f"ADaPT recipe folder absent (looked in {ADAPT_CANDIDATES})")
+LENIENT = {"dialect": "lenient"}
 COMMAND_LINE = re.compile(r"^craft (\d+) (.+?) using (.+)$")
 
 
@@ -148,7 +151,7 @@ def test_goals_are_ordered_by_depth_then_name_and_splits_partition_them() -> Non
     catalog = load_catalog(None)
     keys = [(goal.depth, goal.item) for goal in catalog.goals]
     assert keys == sorted(keys)
-    splits = registry.task_splits(ENV_ID)
+    splits = registry.task_splits(ENV_ID, **LENIENT)
     train, test = set(splits["train"]), set(splits["test"])
     assert not train & test and train | test == set(splits["all"]) == set(range(len(catalog.goals)))
     for depth in range(1, 5):
@@ -193,7 +196,7 @@ def test_datapack_format_shaped_shapeless_groups_and_alternatives(tmp_path: Path
 
 @pytest.mark.parametrize("recipe_set", ["default", pytest.param("adapt", marks=needs_adapt)])
 def test_scripted_planner_solves_every_goal_from_the_shown_commands(recipe_set: str) -> None:
-    options = adapt_options() if recipe_set == "adapt" else {}
+    options = (adapt_options() if recipe_set == "adapt" else {}) | LENIENT
     catalog = load_catalog(options.get("recipes_dir"))
 
     async def body() -> None:  # every goal of every depth: the whole set plays in about a second
@@ -210,7 +213,7 @@ def test_a_tag_accepts_any_member_kind() -> None:
     catalog = load_catalog(None)
 
     async def body() -> None:
-        env = TextCraftEnv()
+        env = TextCraftEnv(**LENIENT)
         await env.reset(task_of(catalog, "stick"), seed=0)
         results = await play(env, ["get 1 birch log", "craft 4 birch planks using 1 birch log",
                                    "craft 4 stick using 2 birch planks"])
@@ -223,7 +226,7 @@ def test_a_tag_accepts_any_member_kind() -> None:
 
 def test_get_refuses_crafted_items_groups_and_unknown_items() -> None:
     async def body() -> None:
-        env = TextCraftEnv()
+        env = TextCraftEnv(**LENIENT)
         await env.reset("0", seed=0)
         crafted, group, unknown, zero, inventory = await play(
             env, ["get 1 stick", "get 2 planks", "get 1 unobtainium", "get 0 dirt", "inventory"])
@@ -240,7 +243,7 @@ def test_craft_needs_exact_counts_and_held_ingredients() -> None:
     catalog = load_catalog(None)
 
     async def body() -> None:
-        env = TextCraftEnv()
+        env = TextCraftEnv(**LENIENT)
         await env.reset(task_of(catalog, "crafting_table"), seed=0)
         results = await play(env, [
             "get 2 oak log",
@@ -260,7 +263,7 @@ def test_craft_needs_exact_counts_and_held_ingredients() -> None:
 
 def test_malformed_replies_get_feedback_and_names_are_lenient() -> None:
     async def body() -> None:
-        env = TextCraftEnv()
+        env = TextCraftEnv(**LENIENT)
         await env.reset("0", seed=0)
         no_marker = await env.step("I will get some wood.")
         nonsense = await env.step("Action: dance wildly")
@@ -281,16 +284,16 @@ def test_reset_is_deterministic_and_lists_the_goal_and_its_commands() -> None:
     task_id = task_of(catalog, "lectern")
 
     async def body() -> None:
-        first, info = await TextCraftEnv().reset(task_id, seed=3)
-        again, _ = await TextCraftEnv().reset(task_id, seed=3)
+        first, info = await TextCraftEnv(**LENIENT).reset(task_id, seed=3)
+        again, _ = await TextCraftEnv(**LENIENT).reset(task_id, seed=3)
         assert first == again
         assert first.rstrip().endswith("Goal: craft lectern.")
         assert info == {"success": False, "goal": "lectern", "depth": 4}
         assert "craft 1 lectern using 4 wooden slabs, 1 bookshelf" in first
         assert first.startswith("Crafting commands:\n")  # the instruction is the conversation start's
-        others = {(await TextCraftEnv().reset(task_id, seed=seed))[0] for seed in range(4)}
+        others = {(await TextCraftEnv(**LENIENT).reset(task_id, seed=seed))[0] for seed in range(4)}
         assert len(others) > 1  # the seed reshuffles commands and distractors
-        no_distractors, _ = await TextCraftEnv(num_distractors=0).reset(task_id, seed=3)
+        no_distractors, _ = await TextCraftEnv(num_distractors=0, **LENIENT).reset(task_id, seed=3)
         assert len(parse_commands(no_distractors)) < len(parse_commands(first))
 
     asyncio.run(body())
@@ -329,6 +332,14 @@ def test_conformance_in_process_wins_with_the_example_actions() -> None:
     assert report.reached_terminal and report.success is True
 
 
+def test_conformance_in_process_under_the_lenient_dialect() -> None:
+    lenient_win = ("Thought: logs first.\nAction: get 1 acacia log",
+                   "Thought: planks.\nAction: craft 4 acacia planks using 1 acacia log")
+    report = asyncio.run(check_env(TextCraftEnv(**LENIENT), ENV_ID, task_id="0", actions=lenient_win,
+                                   options=LENIENT))
+    assert report.reached_terminal and report.success is True
+
+
 def test_conformance_over_http(hub_urls: tuple[str, str | None]) -> None:
     async def body() -> None:
         async with EnvClient(hub_urls[0]) as client:
@@ -346,8 +357,7 @@ def test_http_hub_serves_the_configured_recipe_folder(hub_urls: tuple[str, str |
         async with EnvClient(url) as client:
             listed = {env["id"]: env for env in await client.list_envs()}
             assert listed[ENV_ID]["splits"]["all"] == 544
-            catalog = load_catalog(str(ADAPT_DIR))
-            task_id = task_of(catalog, "oak_planks")
+            task_id = str(goal_items(str(ADAPT_DIR)).index("minecraft:oak_planks"))  # agentgym: AgentGym's order
             handle = await client.create(ENV_ID, task_id, seed=1)
             assert "craft 4 oak planks using 1 oak logs" in handle.observation
             got = await client.step(handle.session_id, reply("get 1 oak logs"))

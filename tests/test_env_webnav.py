@@ -15,6 +15,7 @@ import pytest
 
 from envhub import registry
 from envhub.base import StepResult
+from envhub.channel_client import make_env_client
 from envhub.client import EnvClient
 from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
@@ -40,10 +41,10 @@ async def solve(env: WebNavEnv, task_id: int) -> StepResult:
     raise AssertionError(f"task {task_id}: the scripted policy did not stop within {MAX_SCRIPT_STEPS} steps")
 
 
-def run(coroutine_function: Any) -> Any:
-    """Run an async test body with a fresh env, closing it afterwards."""
+def run(coroutine_function: Any, **options: Any) -> Any:
+    """Run an async test body with a fresh env (under `options`), closing it afterwards."""
     async def body() -> Any:
-        env = registry.make(ENV_ID)
+        env = registry.make(ENV_ID, **options)
         try:
             return await coroutine_function(env)
         finally:
@@ -124,7 +125,7 @@ def test_stopping_without_doing_the_task_scores_zero_under_every_evaluator():
             await env.reset(str(task.task_id), 0)
             idle = await env.step("stop []")
             assert idle.terminated and idle.reward == 0.0 and idle.info["success"] is False, (task, idle.info)
-    run(body)
+    run(body, dialect="lenient")
 
 
 def test_wrong_answers_score_zero_and_state_resets_with_each_episode():
@@ -135,7 +136,7 @@ def test_wrong_answers_score_zero_and_state_resets_with_each_episode():
         await solve(env, cart_task)  # puts items in this session's cart
         observation, _ = await env.reset(str(cart_task), 0)
         assert "link 'My Cart (0)'" in observation  # a new episode starts from the seeded state
-    run(body)
+    run(body, dialect="lenient")
 
 
 def test_actions_navigate_tabs_history_and_scrolling():
@@ -164,7 +165,7 @@ def test_actions_navigate_tabs_history_and_scrolling():
         site = _url(closed).split("/admin")[0]
         assert "limited to this task's sites" in (await env.step(f"goto [{site}/health]")).observation
         assert _url((await env.step(f"goto [{site}/forum/f/books]")).observation).endswith("/forum/f/books")
-    run(body)
+    run(body, dialect="lenient")
 
 
 def _url(observation: str) -> str:
@@ -184,12 +185,12 @@ def test_typing_pressing_keys_and_searching():
         pressed = (await env.step("press [Enter]")).observation
         assert "search?q=kettle" in pressed and "Electric Kettle 1.7L" in pressed
         assert (await env.step("stop []")).reward == 1.0
-    run(body)
+    run(body, dialect="lenient")
 
 
 def test_sessions_do_not_share_site_state():
     async def body(env: WebNavEnv) -> None:
-        other = registry.make(ENV_ID)
+        other = registry.make(ENV_ID, dialect="lenient")
         try:
             cart_task = next(t.task_id for t in offline_tasks() if t.family == "shop_cart")
             observation, _ = await other.reset(str(cart_task), 0)
@@ -199,7 +200,7 @@ def test_sessions_do_not_share_site_state():
             assert "Your cart is empty" in refreshed
         finally:
             await other.close()
-    run(body)
+    run(body, dialect="lenient")
 
 
 def test_sites_in_a_token_guarded_envhub_are_reachable_by_the_browser(monkeypatch):
@@ -215,13 +216,20 @@ def test_sites_in_a_token_guarded_envhub_are_reachable_by_the_browser(monkeypatc
         asyncio.run(body(url))
 
 
-def test_conformance_over_http_with_the_sites_mounted_in_envhub():
+@pytest.mark.parametrize("dialect", ["agentgym", "lenient"])
+def test_conformance_over_http_with_the_sites_mounted_in_envhub(dialect):
     async def body() -> None:
-        with running_hub(EnvhubConfig()) as url:
+        with running_hub(EnvhubConfig(env_options={ENV_ID: {"dialect": dialect}})) as url:
             async with EnvClient(url) as client:
-                report = await check_env(client, ENV_ID)
+                report = await check_env(client, ENV_ID, options={"dialect": dialect})
                 assert report.reached_terminal and report.success is True
                 handle = await client.create(ENV_ID, "0", 0)
-                assert f"URL: {url}/sites/shop" in handle.observation  # served by the hub itself
+                # agentgym shows the shop under WebArena's real-world name for it.
+                shown = "URL: http://onestopmarket.com\n" if dialect == "agentgym" else f"URL: {url}/sites/shop\n"
+                assert shown in handle.observation and "RootWebArea 'One Stop Market'" in handle.observation
                 await client.close(handle.session_id)
+            async with make_env_client(url, transport="channel") as channel:  # the actors' transport
+                handle = await channel.create(ENV_ID, "0", 0)
+                assert shown in handle.observation  # served by the hub itself on this path too
+                await channel.close(handle.session_id)
     asyncio.run(body())

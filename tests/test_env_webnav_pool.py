@@ -78,8 +78,8 @@ def test_sessions_reuse_contexts_the_page_cap_holds_and_close_frees_pages():
             with pytest.raises(EnvClientError) as full:  # a third page would break the cap
                 await client.create(ENV_ID, "0", 0)
             assert full.value.status_code == 500 and "max_pages" in full.value.message
-            refused = await client.step(first.session_id, "new_tab")
-            assert "cannot open a tab now" in refused.observation and "Tab 1" not in refused.observation
+            refused = await client.step(first.session_id, "```new_tab```")
+            assert refused.info["action_valid"] is False and "Tab 1" not in refused.observation
             created_before = pool_stats(SMALL_POOL)["contexts_created"]
             await client.close(second.session_id)
             assert pool_stats(SMALL_POOL)["open_pages"] == 1  # close freed the page
@@ -111,7 +111,7 @@ def test_a_crashed_page_ends_the_episode_as_an_env_error_and_the_server_keeps_se
                 os.kill(pid, signal.SIGKILL)
             with pytest.raises(EnvClientError) as crashed:
                 for _ in range(3):  # the crash is reported by the first step that touches the page
-                    await client.step(handle.session_id, "scroll [down]")
+                    await client.step(handle.session_id, "```scroll [down]```")
             assert crashed.value.status_code == 500 and "crash" in crashed.value.message
             assert _env_failure_status(crashed.value) == "env_error"
             assert pool_stats({})["contexts_closed"] == closed_before + 1  # the crashed context is not reused

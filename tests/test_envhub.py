@@ -239,7 +239,7 @@ def test_http_create_step_close_round_trip(hub_url: str) -> None:
     async def body() -> None:
         async with EnvClient(hub_url) as client:
             listed = {env["id"]: env for env in await client.list_envs()}
-            assert listed["keydoor-v0"] == {"id": "keydoor-v0", "max_turns": 8,
+            assert listed["keydoor-v0"] == {"id": "keydoor-v0", "max_turns": 12,
                                             "splits": {"train": 10000, "test": 1000}}
             before = await _open_sessions(client)
             handle = await client.create("keydoor-v0", "12", seed=3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from envhub import cli, fidelity
 from envhub.cli import split_overrides
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,6 +56,9 @@ def test_tasks_prints_counts_per_split_including_option_dependent_ones() -> None
     (["tasks", "nosuch-v0"], "unknown env id 'nosuch-v0'; registered envs: "),
     (["check", "keydoor-v0", "--task", "99999"], "keydoor-v0 has no task '99999'; tasks: train: 0..9999"),
     (["tasks", "agentgym-v0"], "agentgym-v0: cannot list its tasks"),
+    (["check", "--dialect", "agentgym", "keydoor-v0"], "keydoor-v0 has no AgentGym fidelity cases"),
+    (["check", "keydoor-v0", "textcraft-v0"], "check takes one ENV_ID"),
+    (["check", "--dialect", "agentgym", "textcraft-v0", "--http"], "--http, --task and --action do not apply"),
     (["tasks", "keydoor-v0", "--envhub.no_such_key", "1"], "unknown config key 'envhub.no_such_key'"),
 ])
 def test_usage_errors_exit_2_with_a_clear_message(args: list[str], message: str) -> None:
@@ -89,3 +94,30 @@ def test_overrides_are_split_from_the_cli_flags() -> None:
                                       "--run.seed=4"])
     assert own == ["check", "a-v0", "--seed", "3"]
     assert overrides == ["--envhub.env_options", "{a-v0: {}}", "--run.seed=4"]
+
+
+def test_check_dialect_agentgym_plays_the_fidelity_cases_and_reports_each() -> None:
+    result = envhub_cli("check", "--dialect", "agentgym", "textcraft-v0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines and all(line.startswith("PASS textcraft-v0 ") for line in lines), result.stdout
+
+
+def test_check_dialect_agentgym_fails_naming_the_step_that_differs(monkeypatch, capsys) -> None:
+    case = fidelity.cases_for("textcraft-v0")[0]
+    wrong = dataclasses.replace(case.steps[0], observation="not what the env says", score=7.0)
+    monkeypatch.setattr(fidelity, "cases_for", lambda env_id: [dataclasses.replace(case, steps=(wrong,))])
+    assert cli.main(["check", "--dialect", "agentgym", "textcraft-v0"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"FAIL textcraft-v0 {case.name}") and "step 1" in out
+    assert "AgentGym's 'not what the env says'" in out and "AgentGym's 7.0" in out
+
+
+def test_an_agentgym_server_named_in_env_options_is_an_env_of_its_own() -> None:
+    servers = ("{agentgym-shop-v0: {url: 'http://127.0.0.1:9', family: webshop, num_tasks: 7}, "
+               "agentgym-craft-v0: {url: 'http://127.0.0.1:9', family: textcraft, num_tasks: 3}}")
+    result = envhub_cli("list", "--envhub.env_options", servers)
+    assert result.returncode == 0, result.stderr
+    assert "agentgym-shop-v0" in result.stdout and "train 7" in result.stdout and "agentgym-craft-v0" in result.stdout
+    bad = envhub_cli("list", "--envhub.env_options", "{agentgym-shop-v0: {url: 'http://127.0.0.1:9'}}")
+    assert bad.returncode == 2 and "needs at least url and family" in bad.stderr

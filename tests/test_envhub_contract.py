@@ -149,6 +149,7 @@ def walk_step_and_close(walk: RouteWalk) -> None:
 
 def walk_env_routes(walk: RouteWalk) -> None:
     walk.expect(200, "GET", "/health")
+    assert walk.expect(200, "GET", "/channel").json()["port"] > 0
     walk.expect(200, "GET", "/envs")
     conversation = "/envs/{env_id}/conversation"
     walk.expect(200, "GET", conversation, env_id="keydoor-v0")

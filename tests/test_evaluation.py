@@ -1,5 +1,6 @@
 """Validation during training: the held-out subset, pass@n, rounds, and the train/eval separation."""
 
+import dataclasses
 import queue
 import time
 
@@ -91,6 +92,24 @@ def test_errored_episodes_count_in_error_frac_not_in_success():
     scalars = eval_scalars([group])
     assert scalars["eval/keydoor-v0/success"] == 1.0 and scalars["eval/keydoor-v0/error_frac"] == 0.5
     assert scalars["eval/keydoor-v0/pass@n"] == 1.0
+
+
+def test_agentgym_avg_and_pass_follow_agentgym_rls_evaluation():
+    """Avg: mean over tasks of the mean final score; Pass: mean over tasks of the best one. A failed
+    episode scores 0 (as AgentGym-RL's rollout does), a negative score (SciWorld's) counts as it is,
+    and an env that reports no score is scored by its reward."""
+    babyai, sciworld = eval_lease("b0", env_id="babyai-v0"), eval_lease("s0", env_id="sciworld-v0")
+    scored = [dataclasses.replace(episode(babyai, 0, success=True), score=0.82),
+              dataclasses.replace(episode(babyai, 1), score=0.0),
+              episode(babyai, 2, status="env_error")]
+    negative = [dataclasses.replace(episode(sciworld, i), score=-100.0) for i in range(2)]
+    unscored = group_of(eval_lease("k0"), [True, False])
+    scalars = eval_scalars([Group(babyai, scored), Group(sciworld, negative), unscored])
+    assert scalars["eval/babyai-v0/agentgym_avg@n"] == pytest.approx(0.82 / 3)
+    assert scalars["eval/babyai-v0/agentgym_pass@n"] == pytest.approx(0.82)
+    assert scalars["eval/sciworld-v0/agentgym_avg@n"] == -100.0
+    assert scalars["eval/sciworld-v0/agentgym_pass@n"] == -100.0
+    assert scalars["eval/keydoor-v0/agentgym_avg@n"] == 0.5 and scalars["eval/keydoor-v0/agentgym_pass@n"] == 1.0
 
 
 # ---------------------------------------------------------------------------- rounds

@@ -34,6 +34,15 @@ def test_a_dying_role_stops_the_run_and_points_at_its_log(tmp_path):
     assert "no-such-env-v0" in log_path.read_text(), out
 
 
+def test_an_actor_that_dies_of_its_config_fails_the_run_without_restarts(tmp_path):
+    proc = launch("--config", "configs/smoke.yaml", "--output-dir", str(tmp_path), "--run-name", "examples",
+                  "--rollout.num_examples", "99")
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 1, out
+    assert "FAILED: actor-" in out and "99 asked for" in out, out
+    assert "restarting" not in out, out  # it would die the same way every time
+
+
 def test_ctrl_c_saves_and_shuts_everything_down(tmp_path):
     # A terminal's Ctrl-C reaches the whole process group: simulate exactly that.
     proc = launch("--config", "configs/smoke.yaml", "--output-dir", str(tmp_path), "--run-name", "int",

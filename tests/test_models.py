@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from common.config import load_config
 from common.models import build_once, default_cache_dir, load_model, load_tokenizer, resolve_model
 from common.tiny_model import TINY_TOKENIZER_DIR, build_tiny_model, build_tiny_tokenizer
 
@@ -126,3 +127,11 @@ def test_smollm2_converts_to_a_135m_bf16_model_that_answers():
     )
     output = model.generate(**prompt, max_new_tokens=8, do_sample=False)
     assert "Paris" in tokenizer.decode(output[0, prompt["input_ids"].shape[1] :])
+
+
+def test_an_empty_model_cache_dir_means_longhorizon_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LONGHORIZON_CACHE", str(tmp_path / "from-env"))
+    assert load_config(None, []).model.cache_dir == ""
+    path = resolve_model("tiny", "")
+    assert path.parent == tmp_path / "from-env" and (path / "config.json").is_file()
+    assert resolve_model("tiny", tmp_path / "given").parent == tmp_path / "given"

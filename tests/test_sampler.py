@@ -42,6 +42,14 @@ def issue_all(sampler: TaskSampler) -> list:
     return leases
 
 
+def test_an_envs_own_max_turns_caps_its_leases_below_the_schedules_cap():
+    sampler = TaskSampler(ENV_TASKS, 4, 2, 1, 10.0, 512, seed=0, clock=FakeClock(), env_max_turns={"maze-v0": 2})
+    sampler.set_turn_cap(3)
+    sampler.schedule_eval([("maze-v0", "m0")], 2)
+    caps = {(lease.env_id, lease.purpose, lease.turn_cap) for lease in issue_all(sampler)}
+    assert caps == {("maze-v0", "eval", 2), ("maze-v0", "train", 2), ("keydoor-v0", "train", 3)}
+
+
 def test_admission_blocks_at_the_bound_and_opens_after_set_version():
     sampler = make_sampler(groups_per_step=2, max_policy_lag=1)
     first = issue_all(sampler)

@@ -6,7 +6,9 @@ replaced by any msgpack value; an array's dtype, shape or data changed):
 - an episode the head accepts can be trained on: it collates, and ``policy_lag``, the turn table
   and the rollout metrics run on it (before the meaning checks, one such episode killed the learner);
 - no frame makes the head's message handler raise, and a valid episode afterwards still
-  completes its group.
+  completes its group;
+- the decoder's fast paths (the fast plan, the array screen, payloads left in place) decide every
+  frame as the field-by-field path does, with the same error.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common import protocol
+from common import protocol, wire_checks, wire_payloads
 from common.protocol import (ActorStats, Control, GroupJoin, LeaseRequest, ProtocolError, TaskLease, TensorSlot,
                              TrainedSample, Trajectory, WeightsAnnounce)
 from learner.batching import collate, policy_lag
@@ -86,6 +88,13 @@ ARRAY_MUTATIONS = st.fixed_dictionaries({
 })
 
 
+def place_in(frame: bytearray) -> st.SearchStrategy[int]:
+    """An index into ``frame``, drawn the same way whatever its length: the head's lease ids grow a
+    digit as examples run (g99, g100), and a draw bounded by the length would make hypothesis
+    replay an example differently (``FlakyStrategyDefinition``)."""
+    return st.integers(0, 2**16 - 1).map(lambda fraction: fraction * len(frame) >> 16)
+
+
 @st.composite
 def mutated_frames(draw, messages=MESSAGES) -> bytes:
     envelope = msgpack.unpackb(protocol.encode(draw(messages)))
@@ -111,9 +120,9 @@ def mutated_frames(draw, messages=MESSAGES) -> bytes:
     frame = bytearray(msgpack.packb(envelope))
     if how == "bytes":
         for _ in range(draw(st.integers(1, 8))):
-            frame[draw(st.integers(0, len(frame) - 1))] = draw(st.integers(0, 255))
+            frame[draw(place_in(frame))] = draw(st.integers(0, 255))
     if how == "cut":
-        frame = frame[: draw(st.integers(0, len(frame) - 1))]
+        frame = frame[: draw(place_in(frame))]
     return bytes(frame)
 
 
@@ -143,6 +152,123 @@ def test_every_trajectory_that_decodes_can_be_trained_on(frame):
     if batch is not None:
         assert batch.token_ids.shape[1] == len(episode.token_ids)
         assert int(batch.loss_mask.sum()) == int(episode.loss_mask.sum())
+
+
+# ---------------------------------------------------------------------------------- the fast paths
+# Each fast path may only change how fast a frame is decided, never the decision nor its error.
+
+
+def decided(frame: bytes) -> tuple[str, str | bytes]:
+    """What ``decode`` made of a frame: the message re-encoded, or the error's reason and text."""
+    try:
+        return "message", protocol.encode(protocol.decode(frame))
+    except ProtocolError as exc:
+        return exc.reason, str(exc)
+
+
+@FUZZ
+@given(mutated_frames())
+def test_the_fast_plan_builds_what_the_field_by_field_check_builds(frame):
+    try:
+        envelope = msgpack.unpackb(frame, strict_map_key=True)
+        cls = protocol.MESSAGE_TYPES[envelope["type"]]
+        body = envelope["body"]
+    except Exception:  # not a frame with a known type and a body: the plan never sees it
+        return
+    plan = protocol._fast_plan(cls)  # None for a type with a field only the full check takes (a list)
+    fast = plan.build(body) if plan is not None else None
+    try:
+        checked = protocol._build(cls, body, cls.__name__)
+    except ProtocolError:
+        assert fast is None  # the plan passed on it, and the full check says why
+        return
+    assert fast is None or protocol.encode(fast) == protocol.encode(checked)
+
+
+@FUZZ
+@given(mutated_frames(trajectories()))
+def test_the_array_screen_passes_only_episodes_the_array_rules_pass(frame):
+    try:
+        episode = protocol._build(Trajectory, msgpack.unpackb(frame)["body"], "Trajectory")
+    except Exception:  # not even well typed: never reaches the meaning checks
+        return
+    if wire_checks._arrays_plainly_valid(episode):
+        wire_checks._check_token_arrays(episode)  # none of these may raise
+        wire_checks._check_turn_spans(episode)
+        wire_checks._check_turn_arrays(episode)
+
+
+@FUZZ
+@given(trajectories())
+def test_a_valid_episode_takes_both_fast_paths(episode):
+    """The two properties above hold for paths that are never taken, too: valid episodes take them."""
+    body = msgpack.unpackb(protocol.encode(episode))["body"]
+    assert protocol._fast_plan(Trajectory).build(body) is not None
+    assert wire_checks._arrays_plainly_valid(protocol.decode(protocol.encode(episode)))
+
+
+def long_episodes() -> st.SearchStrategy[Trajectory]:
+    """Valid episodes whose token arrays are kilobytes long, as a long context makes them."""
+    return st.builds(lambda episode, context: dataclasses.replace(
+        episode, token_ids=np.concatenate([np.full(context, 7, np.int32), episode.token_ids]),
+        loss_mask=np.concatenate([np.zeros(context, np.uint8), episode.loss_mask]),
+        behavior_logprobs=np.concatenate([np.zeros(context, np.float32), episode.behavior_logprobs]),
+        token_versions=np.concatenate([np.full(context, -1, np.int32), episode.token_versions]),
+        turn_spans=episode.turn_spans + context), trajectories(), st.integers(64, 600))
+
+
+@FUZZ
+@given(frame=mutated_frames(long_episodes()))
+def test_a_frame_decoded_in_place_is_decided_as_one_copied(frame, monkeypatch):
+    monkeypatch.setattr(protocol, "IN_PLACE_MIN_BYTES", 1 << 40)
+    copied = decided(frame)
+    monkeypatch.setattr(protocol, "IN_PLACE_MIN_BYTES", 0)
+    monkeypatch.setattr(wire_payloads, "MIN_PAYLOAD_BYTES", 256)
+    assert decided(frame) == copied
+
+
+def long_episode(n: int) -> Trajectory:
+    """A valid episode of ``n`` tokens: a short reply, then a long one."""
+    return dataclasses.replace(make_trajectory(n), turn_spans=np.array([[2, 4], [6, n]], np.int32),
+                               loss_mask=np.isin(np.arange(n), [2, 3, *range(6, n)]).astype(np.uint8))
+
+
+def in_place_frame(**changes) -> bytes:
+    """A long valid episode with the wire body ``changes``, as a peer could send it."""
+    envelope = msgpack.unpackb(protocol.encode(long_episode(3000)))
+    envelope["body"].update(changes)
+    return msgpack.packb(envelope)
+
+
+@pytest.mark.parametrize("changes, in_place", [
+    ({}, True),
+    # The bytes of a "data" key and a bin header, inside a string before the arrays: a false match.
+    ({"lease_id": "\u00a4data\u0150A"}, False),
+    ({"env_info": {"data": bytes(5000)}}, False),  # a large bin after a "data" key, but no array's
+    ({"env_info": {"data": msgpack.ExtType(wire_payloads.PLACEHOLDER_EXT, bytes(8))}}, False),  # forged
+])
+def test_only_array_payloads_stay_in_place_and_nothing_else_changes(changes, in_place, monkeypatch):
+    frame = in_place_frame(**changes)
+    monkeypatch.setattr(protocol, "IN_PLACE_MIN_BYTES", 1 << 40)
+    copied = decided(frame)
+    monkeypatch.setattr(protocol, "IN_PLACE_MIN_BYTES", 0)
+    assert decided(frame) == copied
+    if copied[0] == "message":
+        episode = protocol.decode(frame)
+        assert not episode.token_ids.flags.writeable  # read-only, a view or a copy
+        assert np.shares_memory(episode.token_ids, np.frombuffer(frame, np.uint8)) == in_place
+
+
+def test_encoded_payloads_are_aligned_and_any_msgpack_reader_sees_the_same_message():
+    episode = long_episode(6000)
+    frame = protocol.encode(episode)
+    plain = msgpack.packb({"type": "Trajectory", "schema": protocol.SCHEMA_VERSION, "body": protocol._to_wire(episode)})
+    assert msgpack.unpackb(frame) == msgpack.unpackb(plain)
+    decoded = protocol.decode(frame)  # over IN_PLACE_MIN_BYTES: its large arrays stay in the frame
+    assert np.shares_memory(decoded.token_ids, np.frombuffer(frame, np.uint8))
+    for name in ("token_ids", "loss_mask", "behavior_logprobs", "token_versions", "turn_spans", "turn_observations"):
+        array = getattr(decoded, name)
+        assert array.flags.aligned and np.array_equal(array, getattr(episode, name)), name
 
 
 # ---------------------------------------------------------------------------------- the head

@@ -119,7 +119,7 @@ def load_run_tokenizer(run_dir: Path) -> TokenizerSlot:
     errors = []
     if model.get("name"):
         try:
-            path = resolve_model(model["name"], model.get("cache_dir", "~/.cache/longhorizon"))
+            path = resolve_model(model["name"], model.get("cache_dir", ""))
             return TokenizerSlot(TokenText(load_tokenizer(path)), source=f"model {model['name']} ({path})")
         except Exception as error:  # a model folder that moved, a cache that is gone
             errors.append(f"model {model['name']!r}: {error}")

@@ -1,10 +1,19 @@
 """The 40 BabyAI levels of babyai-v0, how task ids map to (level, seed), and the task splits.
 
-The level list and its order are AgentGym's agentenv-babyai list (so results compare with the
-AgentGym/AgentGym-RL papers), except that minigrid 3 renamed ``GoToObjS6-v0`` to ``GoToObjS6-v1``.
+The level list and its order are AgentGym's agentenv-babyai list (``all_levels`` in
+agentenv_babyai/environment.py, so results compare with the AgentGym/AgentGym-RL papers), except that
+minigrid 3 renamed ``GoToObjS6-v0`` to ``GoToObjS6-v1``. The agentgym dialect builds the levels as
+AgentGym's minigrid (< 2.5) did: envhub/envs/babyai/agentgym_levels.py.
 
-A task id is ``level_index * seeds_per_level + seed_offset``; the minigrid level is reset with
-``seed=seed_offset``, so a task id alone fixes the layout and the mission.
+Task ids, per dialect (the minigrid level is reset with the seed, so a task id alone fixes the
+layout and the mission):
+- ``agentgym``: AgentGym's ``data_idx`` (``BabyAIEnv.reset``): level ``id % 40`` of the list (its
+  ``all_levels[id % 40 + 1]``), seed ``id // 40``. Ids 0-39999 (seeds 0-999); ``test`` is ids 0-399
+  (seeds 0-9, every level ten times), ``train`` the rest. AgentGym's own item lists (AgentEval's 90 BabyAI test items,
+  AgentGym-RL's AgentItemId/babyai_train.json) are not in its repositories; low ids are held out so
+  that AgentEval-style small ids are never trained on.
+- ``lenient``: ``level_index * seeds_per_level + seed_offset``, the last ``test_seeds_per_level``
+  offsets of each level held out.
 """
 
 from __future__ import annotations
@@ -111,6 +120,23 @@ class TaskLayout:
         offsets = (range(self.train_seeds_per_level, self.seeds_per_level) if test
                    else range(self.train_seeds_per_level))
         return [index * self.seeds_per_level + offset for index in level_indices for offset in offsets]
+
+
+AGENTGYM_SEEDS = 1000
+"""Seeds offered per level under the agentgym dialect (AgentGym's own range is unbounded)."""
+AGENTGYM_TEST_SEEDS = 10
+"""Seeds 0-9 of every level (task ids 0-399) form the agentgym ``test`` split."""
+
+
+def agentgym_splits() -> dict[str, range | list[int]]:
+    """``train``/``test`` and ``<family>``/``<family>_test`` over AgentGym's interleaved task ids."""
+    test = range(AGENTGYM_TEST_SEEDS * len(LEVELS))
+    train = range(test.stop, AGENTGYM_SEEDS * len(LEVELS))
+    result: dict[str, range | list[int]] = {"train": train, "test": test}
+    for family in FAMILIES:
+        result[family] = [n for n in train if LEVELS[n % len(LEVELS)][1] == family]
+        result[f"{family}_test"] = [n for n in test if LEVELS[n % len(LEVELS)][1] == family]
+    return result
 
 
 @contextlib.contextmanager

@@ -1,14 +1,22 @@
-"""ScienceWorld's tasks and variations as one deterministic list of task numbers.
+"""ScienceWorld's tasks and variations as numbered lists, one per dialect (pure data, no JVM).
 
-Tasks are taken in sorted name order and each task's variations in order, so task number
-``offset(task) + variation`` names one (task, variation) pair: 0 is ``boil`` variation 0,
-7206 is the last ``use-thermometer`` variation. Splits are ScienceWorld's own
-(``get_variations_train/dev/test``: each task's variations cut into three contiguous blocks),
-plus ``all``.
+A task number names one (task, variation) pair: ``offset(task) + variation``, the tasks taken in
+an order fixed by the dialect and each task's variations in order.
+
+- ``agentgym``: AgentGym's ``data_idx`` (agentenv-sciworld/agentenv_sciworld/environment.py,
+  ``SciWorldEnv.__init__``): ScienceWorld's task-id order (its ``tasks.json``: 1-1 boil, 1-2 melt,
+  ...) less seven tasks AgentGym leaves out (5-1/5-2 growing plants and fruit, 9-1..9-3 the inclined
+  planes, 10-1/10-2 Mendelian genetics): 23 tasks, 4,639 variations. 0 is ``boil`` variation 0,
+  4638 the last ``identify-life-stages-2`` variation.
+- ``lenient``: all 30 tasks in sorted name order, 7,207 variations.
+
+Splits are ScienceWorld's own (``get_variations_train/dev/test``: each task's variations cut into
+three contiguous blocks), plus ``all``. AgentGym's own item lists (2,120 train / 200 test ids,
+published as data sets, not in its source) are not reproduced.
 
 The table below is scienceworld 1.2.3's, so the registry knows the tasks without starting a
 JVM; `jvm_pool` checks it against the simulator when the first JVM starts, and
-tests/test_env_sciworld.py checks the split boundaries too.
+tests/test_env_sciworld.py checks the split boundaries and the AgentGym order too.
 """
 
 from __future__ import annotations
@@ -53,6 +61,24 @@ TASK_TABLE: tuple[tuple[str, int, int, int], ...] = (
 )
 SPLIT_NAMES = ("train", "dev", "test")
 
+# ScienceWorld's task ids (scienceworld/tasks.json, in file order) of the tasks AgentGym serves.
+AGENTGYM_TASKS: tuple[tuple[str, str], ...] = (
+    ("1-1", "boil"), ("1-2", "melt"), ("1-3", "freeze"), ("1-4", "change-the-state-of-matter-of"),
+    ("2-1", "use-thermometer"), ("2-2", "measure-melting-point-known-substance"),
+    ("2-3", "measure-melting-point-unknown-substance"), ("3-1", "power-component"),
+    ("3-2", "power-component-renewable-vs-nonrenewable-energy"), ("3-3", "test-conductivity"),
+    ("3-4", "test-conductivity-of-unknown-substances"), ("4-1", "find-living-thing"),
+    ("4-2", "find-non-living-thing"), ("4-3", "find-plant"), ("4-4", "find-animal"),
+    ("6-1", "chemistry-mix"), ("6-2", "chemistry-mix-paint-secondary-color"),
+    ("6-3", "chemistry-mix-paint-tertiary-color"), ("7-1", "lifespan-longest-lived"),
+    ("7-2", "lifespan-shortest-lived"), ("7-3", "lifespan-longest-lived-then-shortest-lived"),
+    ("8-1", "identify-life-stages-1"), ("8-2", "identify-life-stages-2"),
+)
+AGENTGYM_EXCLUDED_IDS = frozenset({"5-1", "5-2", "9-1", "9-2", "9-3", "10-1", "10-2"})
+"""The task ids AgentGym's server skips (``exceptions`` in its ``SciWorldEnv.__init__``)."""
+
+DIALECTS = ("agentgym", "lenient")
+
 
 @dataclass(frozen=True)
 class SciWorldTask:
@@ -71,47 +97,61 @@ class SciWorldTask:
     """``train``, ``dev`` or ``test``: ScienceWorld's split of this variation."""
 
 
-@functools.cache
-def _offsets() -> tuple[int, ...]:
-    """Task number of each task's variation 0, plus the total at the end."""
-    return tuple(itertools.accumulate((row[1] for row in TASK_TABLE), initial=0))
-
-
-def num_tasks() -> int:
-    """How many (task, variation) pairs there are."""
-    return _offsets()[-1]
-
-
 def _split_of(variation: int, train: int, dev: int) -> str:
     return "train" if variation < train else "dev" if variation < train + dev else "test"
 
 
-def lookup(number: int) -> SciWorldTask:
-    """The (task, variation) behind task number ``number``; ValueError outside the list."""
-    if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < num_tasks():
-        raise ValueError(f"sciworld: task number must be an int in [0, {num_tasks()}), got {number!r}")
-    row = bisect.bisect_right(_offsets(), number) - 1
-    name, _, train, dev = TASK_TABLE[row]
-    variation = number - _offsets()[row]
-    return SciWorldTask(number, name, variation, _split_of(variation, train, dev))
+class TaskIndex:
+    """Task numbers over ``TASK_TABLE``'s rows taken in a given order of task names."""
+
+    def __init__(self, task_names: tuple[str, ...]) -> None:
+        rows = {row[0]: row for row in TASK_TABLE}
+        unknown = [name for name in task_names if name not in rows]
+        if unknown:
+            raise ValueError(f"sciworld: unknown task(s) {unknown}")
+        self.rows = tuple(rows[name] for name in task_names)
+        self.offsets = tuple(itertools.accumulate((row[1] for row in self.rows), initial=0))
+        """Task number of each task's variation 0, plus the total at the end."""
+
+    def num_tasks(self) -> int:
+        """How many (task, variation) pairs there are."""
+        return self.offsets[-1]
+
+    def lookup(self, number: int) -> SciWorldTask:
+        """The (task, variation) behind task number ``number``; ValueError outside the list."""
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number < self.num_tasks():
+            raise ValueError(f"sciworld: task number must be an int in [0, {self.num_tasks()}), got {number!r}")
+        row = bisect.bisect_right(self.offsets, number) - 1
+        name, _, train, dev = self.rows[row]
+        variation = number - self.offsets[row]
+        return SciWorldTask(number, name, variation, _split_of(variation, train, dev))
+
+    @functools.cached_property
+    def splits(self) -> dict[str, range | tuple[int, ...]]:
+        """Task numbers per split: ScienceWorld's train/dev/test (interleaved across tasks) and ``all``.
+        Tuples, not lists: the result is cached and shared."""
+        numbers: dict[str, list[int]] = {name: [] for name in SPLIT_NAMES}
+        for offset, (_, variations, train, dev) in zip(self.offsets, self.rows):
+            for variation in range(variations):
+                numbers[_split_of(variation, train, dev)].append(offset + variation)
+        return {**{name: tuple(found) for name, found in numbers.items()}, "all": range(self.num_tasks())}
+
+    def task_number(self, name: str, variation: int) -> int:
+        """Inverse of `lookup`: the task number of (name, variation)."""
+        for offset, (row_name, variations, _, _) in zip(self.offsets, self.rows):
+            if row_name == name:
+                if not 0 <= variation < variations:
+                    raise ValueError(f"sciworld: {name} has variations 0..{variations - 1}, got {variation}")
+                return offset + variation
+        raise ValueError(f"sciworld: task {name!r} is not in this dialect's task list")
 
 
-@functools.cache
-def task_splits() -> dict[str, range | tuple[int, ...]]:
-    """Task numbers per split: ScienceWorld's train/dev/test (interleaved across tasks) and ``all``.
-    Tuples, not lists: the result is cached and shared."""
-    numbers: dict[str, list[int]] = {name: [] for name in SPLIT_NAMES}
-    for offset, (_, variations, train, dev) in zip(_offsets(), TASK_TABLE):
-        for variation in range(variations):
-            numbers[_split_of(variation, train, dev)].append(offset + variation)
-    return {**{name: tuple(found) for name, found in numbers.items()}, "all": range(num_tasks())}
+AGENTGYM_INDEX = TaskIndex(tuple(name for _, name in AGENTGYM_TASKS))
+LENIENT_INDEX = TaskIndex(tuple(sorted(row[0] for row in TASK_TABLE)))
 
 
-def task_number(name: str, variation: int) -> int:
-    """Inverse of `lookup`: the task number of (name, variation)."""
-    for offset, (row_name, variations, _, _) in zip(_offsets(), TASK_TABLE):
-        if row_name == name:
-            if not 0 <= variation < variations:
-                raise ValueError(f"sciworld: {name} has variations 0..{variations - 1}, got {variation}")
-            return offset + variation
-    raise ValueError(f"sciworld: unknown task {name!r}")
+def index_for(dialect: str) -> TaskIndex:
+    """The task numbering of ``dialect`` (``agentgym`` or ``lenient``)."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"sciworld: option dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
+    return AGENTGYM_INDEX if dialect == "agentgym" else LENIENT_INDEX

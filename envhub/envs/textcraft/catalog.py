@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from envhub.envs.textcraft.recipes import Recipe, RecipeBook
 
@@ -45,19 +45,24 @@ class Catalog:
 
     def splits(self) -> dict[str, list[int]]:
         """Task ids per split (see the module docstring)."""
-        by_depth: dict[int, list[int]] = {}
-        for task_number, goal in enumerate(self.goals):
-            by_depth.setdefault(goal.depth, []).append(task_number)
-        test = sorted(number for numbers in by_depth.values() for number in numbers[::TEST_EVERY])
-        held_out = set(test)
-        splits = {f"depth{depth}": numbers for depth, numbers in sorted(by_depth.items())}
-        for depth, numbers in sorted(by_depth.items()):  # held-out goals of one depth, for curricula
-            splits[f"depth{depth}_train"] = [number for number in numbers if number not in held_out]
-            splits[f"depth{depth}_test"] = [number for number in numbers if number in held_out]
-        splits["train"] = [number for number in range(len(self.goals)) if number not in held_out]
-        splits["test"] = test
-        splits["all"] = list(range(len(self.goals)))
-        return splits
+        return splits_by_depth([goal.depth for goal in self.goals])
+
+
+def splits_by_depth(depths: Sequence[int]) -> dict[str, list[int]]:
+    """Splits of goals with these crafting depths (task id i has ``depths[i]``; module docstring)."""
+    by_depth: dict[int, list[int]] = {}
+    for task_number, depth in enumerate(depths):
+        by_depth.setdefault(depth, []).append(task_number)
+    test = sorted(number for numbers in by_depth.values() for number in numbers[::TEST_EVERY])
+    held_out = set(test)
+    splits = {f"depth{depth}": numbers for depth, numbers in sorted(by_depth.items())}
+    for depth, numbers in sorted(by_depth.items()):  # held-out goals of one depth, for curricula
+        splits[f"depth{depth}_train"] = [number for number in numbers if number not in held_out]
+        splits[f"depth{depth}_test"] = [number for number in numbers if number in held_out]
+    splits["train"] = [number for number in range(len(depths)) if number not in held_out]
+    splits["test"] = test
+    splits["all"] = list(range(len(depths)))
+    return splits
 
 
 def crafting_depths(book: RecipeBook) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """Parsing TextCraft actions: ``get N item``, ``craft N item using a X, b Y``, ``inventory``.
 
-Text is normalized before matching, as AgentGym's client does: lower case, the ``minecraft:``
+Used by the ``lenient`` dialect (agentgym_game.py has AgentGym's own, stricter parsing). Text is
+normalized before matching: lower case, the ``minecraft:``
 prefix and underscores read as plain words, punctuation other than commas dropped, spaces
 collapsed. Item names are then matched exactly (no plural/singular guessing, as in the original).
 """

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 
+from envhub.envs.textcraft.agentgym_game import AgentGymGame, first_observation
+from envhub.envs.textcraft.agentgym_tree import AgentGymTree, TreeRecipe, display
 from envhub.envs.textcraft.catalog import Catalog, Goal
 from envhub.envs.textcraft.commands import Craft, Get
 from envhub.envs.textcraft.crafting import Workbench
@@ -30,7 +32,8 @@ def worked_example(catalog: Catalog, num_distractors: int) -> tuple[tuple[str, s
         observation = bench.get(Get(ingredient.count, ingredient.name))
     craft = recipe.command()
     turns.append((observation, _reply("I have the ingredients now, so I can craft the goal.", craft)))
-    observation, used = bench.craft(Craft(recipe.count, goal.item, tuple((i.name, i.count) for i in recipe.ingredients)))
+    ingredients = tuple((ingredient.name, ingredient.count) for ingredient in recipe.ingredients)
+    observation, used = bench.craft(Craft(recipe.count, goal.item, ingredients))
     if used is None or not bench.holds(goal.item):
         raise RuntimeError(f"textcraft-v0: the worked example failed to craft {goal.item}: {observation}")
     return tuple(turns)
@@ -57,3 +60,35 @@ def _example_goal(catalog: Catalog, num_distractors: int) -> tuple[Goal, Recipe,
 def _reply(thought: str, action: str) -> str:
     """AgentGym's reply format, as its instruction spells it."""
     return f"Thought:\n{thought}\n\nAction:\n{action}"
+
+
+def agentgym_worked_example(tree: AgentGymTree, depth1_train: list[int],
+                            rng: random.Random) -> tuple[tuple[str, str], ...]:
+    """The same kind of example under the agentgym dialect, played by AgentGym's rules (agentgym_game.py):
+    the first depth-1 training goal whose first recipe takes one or two gettable items."""
+    for number in depth1_train:
+        goal = tree.goals[number]
+        recipe = tree.item_recipes[goal][0]
+        if len(recipe.inputs) <= 2 and all(_gettable(tree, part.name) for part in recipe.inputs):
+            return _play_agentgym(tree, goal, recipe, rng)
+    raise ValueError("textcraft-v0: no depth-1 training goal made of gettable items to show as a worked example")
+
+
+def _gettable(tree: AgentGymTree, name: str) -> bool:
+    return name in tree.item_ids and name not in tree.tags and not tree.is_craftable(name)
+
+
+def _play_agentgym(tree: AgentGymTree, goal: str, recipe: TreeRecipe,
+                   rng: random.Random) -> tuple[tuple[str, str], ...]:
+    game, turns = AgentGymGame(tree, goal), []
+    observation = first_observation(tree.crafting_commands(goal, rng), goal)
+    for part in recipe.inputs:
+        name = display(part.name)
+        action = f"get {part.count} {name}"
+        turns.append((observation, _reply(f"I need {part.count} {name} for the {display(goal)}. "
+                                          "I will get it first.", action)))
+        observation = game.step(action).observation
+    turns.append((observation, _reply("I have the ingredients now, so I can craft the goal.", recipe.command())))
+    if not game.step(recipe.command()).done:
+        raise RuntimeError(f"textcraft-v0: the worked example failed to craft {goal}")
+    return tuple(turns)

@@ -38,6 +38,9 @@ class WebAction:
     element_id: int | None = None
     text: str = ""
     press_enter: bool = False
+    clear_first: bool = True
+    """type: replace the field's text (lenient); WebArena (the agentgym dialect) types where its click
+    put the caret, so a prefilled field keeps its text."""
 
     def render(self) -> str:
         """The action as written in WebArena's grammar (shown as the observation's PREVIOUS ACTION)."""

@@ -6,7 +6,14 @@
    and the previous action (WebArena's prompt layout); the first one also lists the actions.
 3. step: parse one action of WebArena's grammar and run it in the browser; a bad action is a
    wasted turn with feedback. ``stop [answer]`` ends the episode: the task's evaluators score
-   the answer and the final state; reward = score in [0, 1], success = score 1.
+   the answer and the final state; reward = score in [0, 1] (AgentGym-RL's training reward: the
+   last step's, and every other step's is 0), ``info["score"]`` = the score so far.
+   Dialect ``agentgym`` (default; agentgym_dialect.py): AgentGym's client and server, i.e. the
+   action is the reply's first ```block```, AgentGym's messages replace the whole observation
+   when it has none or it does not parse, the URL line shows WebArena's real-world site URLs,
+   PREVIOUS ACTION is WebArena's action description, stop's observation is the page once more,
+   success = score > 0 (AgentGym-RL's "Pass"). Dialect ``lenient``: ``Action:`` lines too,
+   feedback inside the page observation, success = score 1.
 4. A crashed page or browser raises: envhub closes the session and reports the episode as
    an env error. close: the context goes back to the pool (cleared), the site state is deleted.
 
@@ -17,12 +24,14 @@ offline ones in offline_tasks.py, on the sites of envhub/sites.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from envhub.base import ConversationStart, Environment, StepResult
+from envhub.envs.webnav import agentgym_dialect as agentgym
 from envhub.envs.webnav.actions import ACTION_HELP, BadAction, WebAction, parse_reply
 from envhub.envs.webnav.browser import PoolSettings, browser_thread
 from envhub.envs.webnav.evaluators import evaluate
@@ -30,6 +39,7 @@ from envhub.envs.webnav.observation import truncate
 from envhub.envs.webnav.options import WebNavOptions
 from envhub.envs.webnav.tabs import BrowserTabs, TabSettings
 from envhub.envs.webnav.tasks import TaskCatalog, WebTask, catalog_for, resolve
+from envhub.envs.webnav.worked_example import WORKED_EXAMPLE
 from envhub.options import OptionsError, parse_options
 
 INSTRUCTION = ("You are an autonomous web agent in a browser. Each observation shows the current tab as an "
@@ -40,8 +50,10 @@ INSTRUCTION = ("You are an autonomous web agent in a browser. Each observation s
 class WebNavEnv(Environment):
     """One browser session per episode; see the module docstring."""
 
-    # Wins task 0 of the offline tasks (the price of the Wireless Optical Mouse) after two scrolls.
-    example_actions = ("scroll [down]", "scroll [up]", "Action: stop [$159.95]")
+    # Wins task 0 of the offline tasks (the price of the Wireless Optical Mouse) after two scrolls;
+    # AgentGym's grammar, which the lenient dialect reads too.
+    example_actions = ("Let's think step-by-step. In summary, the next action I will perform is ```scroll [down]```",
+                       "```scroll [up]```", "In summary, the next action I will perform is ```stop [$159.95]```")
 
     def __init__(self, **options: Any) -> None:
         self.options = parse_options(WebNavOptions, options, "webnav-v0")
@@ -55,8 +67,10 @@ class WebNavEnv(Environment):
 
     @classmethod
     def conversation_start(cls, **options: Any) -> ConversationStart:
-        """The instruction (WebArena's observation and action grammar); no worked example yet."""
-        parse_options(WebNavOptions, options, "webnav-v0")
+        """agentgym: AgentGym's WebArena instruction and its "Ok.", and one worked example of our own
+        (worked_example.py), off by default (~900 tokens); lenient: this project's instruction."""
+        if parse_options(WebNavOptions, options, "webnav-v0").dialect == "agentgym":
+            return ConversationStart(agentgym.INSTRUCTION, acknowledgement="Ok.", examples=(WORKED_EXAMPLE,))
         return ConversationStart(INSTRUCTION)
 
     @classmethod
@@ -76,16 +90,37 @@ class WebNavEnv(Environment):
     async def step(self, action: str) -> StepResult:
         if self._done or self._tabs is None or self._task is None:
             raise RuntimeError("step() called after the episode ended; call reset() first")
+        if self.options.dialect == "agentgym":
+            return await self._agentgym_step(action)
         parsed = parse_reply(action)
         if isinstance(parsed, BadAction):
             invalid = f"{action.strip()[:200]!r} (invalid: {parsed.feedback})"
             return StepResult(self._render(self._last_tree, self._last_url, invalid), 0.0, False, False,
-                              self._info(success=False) | {"action_parsed": False})
+                              self._info(success=False) | {"action_parsed": False, "score": 0.0})
         if parsed.kind == "stop":
             return await self._stop(parsed.text)
         feedback = await self._runtime.call(self._tabs.execute(parsed))
         self._previous_action = parsed.render() + (f" (failed: {feedback})" if feedback else "")
-        info = self._info(success=False) | {"action_parsed": True, "action_valid": not feedback}
+        info = self._info(success=False) | {"action_parsed": True, "action_valid": not feedback, "score": 0.0}
+        return StepResult(await self._observe(), 0.0, False, False, info)
+
+    async def _agentgym_step(self, reply: str) -> StepResult:
+        """AgentGym's WebArena client then server on one reply (agentgym_dialect.py)."""
+        assert self._tabs is not None
+        block = agentgym.first_block(reply)
+        parsed = (agentgym.ParseFailure(agentgym.NO_BACKTICKS) if block is None
+                  else agentgym.parse_agentgym_action(agentgym.to_local_urls(block, self._site_urls)))
+        if isinstance(parsed, agentgym.ParseFailure):  # AgentGym's message is all the agent sees
+            info = self._info(success=False) | {"action_parsed": False, "score": 0.0}
+            return StepResult(parsed.message, 0.0, False, False, info)
+        self._previous_action = agentgym.describe_action(parsed, agentgym.shown_element_lines(self._last_tree))
+        if parsed.kind == "stop":
+            observation = await self._observe()  # WebArena renders the page before its evaluator runs
+            result = await self._stop(parsed.text)
+            return dataclasses.replace(result, observation=observation,
+                                       info=result.info | {"success": result.info["score"] > 0})
+        feedback = await self._runtime.call(self._tabs.execute(parsed))
+        info = self._info(success=False) | {"action_parsed": True, "action_valid": not feedback, "score": 0.0}
         return StepResult(await self._observe(), 0.0, False, False, info)
 
     async def close(self) -> None:
@@ -97,7 +132,7 @@ class WebNavEnv(Environment):
             evaluate(self._task, answer, self._tabs, self._site_urls, self._site_token))
         self._done = True
         info = {**self._info(success=score >= 1.0), "score": score, "eval": scores, "answer": answer[:500],
-                "action_parsed": True}
+                "action_parsed": True, "action_valid": True}
         return StepResult(f"The episode is over (stop [{answer[:200]}]). Score: {score:g}.", score, True, False, info)
 
     async def _open_sites(self, task: WebTask) -> list[dict[str, Any]]:
@@ -155,6 +190,8 @@ class WebNavEnv(Environment):
     def _render(self, tree: str, url: str, previous_action: str) -> str:
         assert self._task is not None
         objective = resolve(self._task.intent, self._site_urls)
+        if self.options.dialect == "agentgym":
+            url = agentgym.to_real_url(url, self._site_urls)
         return f"OBSERVATION:\n{tree}\nURL: {url}\nOBJECTIVE: {objective}\nPREVIOUS ACTION: {previous_action}"
 
     def _info(self, success: bool) -> dict[str, Any]:

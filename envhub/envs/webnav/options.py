@@ -6,12 +6,18 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 TASK_SOURCES = ("offline", "webarena")
+DIALECTS = ("agentgym", "lenient")
 WEBARENA_SITES = ("shopping", "shopping_admin", "reddit", "gitlab", "map", "wikipedia", "homepage")
 
 
 @dataclass(frozen=True)
 class WebNavOptions:
     """How webnav-v0 finds its tasks, its sites and its browser."""
+
+    dialect: str = "agentgym"
+    """``agentgym``: AgentGym's WebArena client and server (the action in the reply's first ```block```,
+    its parser, messages and PREVIOUS ACTION wording; envhub/envs/webnav/agentgym_dialect.py);
+    ``lenient``: this project's earlier rules (``Action:`` lines or fenced blocks, feedback inline)."""
 
     task_source: str = "offline"
     """``offline``: the built-in tasks on envhub's own sites; ``webarena``: WebArena task files
@@ -76,6 +82,8 @@ class WebNavOptions:
     """Longest observation; a longer accessibility tree is cut at a line with a note."""
 
     def __post_init__(self) -> None:
+        if self.dialect not in DIALECTS:
+            raise ValueError(f"webnav-v0: option dialect must be one of {DIALECTS}, got {self.dialect!r}")
         if self.task_source not in TASK_SOURCES:
             raise ValueError(f"webnav-v0: task_source must be one of {TASK_SOURCES}, got {self.task_source!r}")
         if self.task_source == "webarena" and not self.task_files:

@@ -7,7 +7,7 @@ task family (offline_tasks.py); a plan is a generator that receives observations
 actions. Used by the tests and by tests/bench/webnav_bench.py.
 
     policy = ScriptedPolicy(task_id)
-    action = policy.act(observation)    # until it says stop [...]
+    reply = policy.act(observation)    # "... ```click [12]```", until it says stop [...]
 """
 
 from __future__ import annotations
@@ -54,6 +54,13 @@ def type_into(observation: str, role: str, name: str, text: Any, enter: bool) ->
     return (yield f"type [{found}] [{text}] [{int(enter)}]")
 
 
+def clear_field(observation: str, role: str, name: str) -> Generator[str, str, str]:
+    """Empty a prefilled field: WebArena's type (the agentgym dialect's) clicks it and types, keeping its text."""
+    observation = yield from click(observation, role, name)
+    observation = yield "press [Control+a]"
+    return (yield "press [Backspace]")
+
+
 def search_product(observation: str, product: str) -> Generator[str, str, str]:
     observation = yield from type_into(observation, "searchbox", "Search products", product, enter=True)
     return (yield from click(observation, "link", product))
@@ -88,6 +95,7 @@ def shop_product_page(observation: str, args: dict[str, Any]) -> Plan:
 
 def add_to_cart(observation: str, args: dict[str, Any]) -> Generator[str, str, str]:
     observation = yield from search_product(observation, args["product"])
+    observation = yield from clear_field(observation, "spinbutton", "Qty")
     observation = yield from type_into(observation, "spinbutton", "Qty", args["qty"], enter=False)
     return (yield from click(observation, "button", "Add to Cart"))
 
@@ -145,6 +153,7 @@ def admin_order_status(observation: str, args: dict[str, Any]) -> Plan:
 def admin_price(observation: str, args: dict[str, Any]) -> Plan:
     observation = yield from click(observation, "link", "Products")
     observation = yield from click(observation, "link", args["product"])
+    observation = yield from clear_field(observation, "textbox", "Price")
     observation = yield from type_into(observation, "textbox", "Price", args["price"].lstrip("$"), enter=False)
     yield from click(observation, "button", "Save Product")
     yield "stop []"
@@ -197,7 +206,8 @@ assert set(PLANS) == {family.__name__ for family in FAMILIES}, "every offline ta
 
 
 class ScriptedPolicy:
-    """Solves offline task `task_id`: `act(observation)` returns the next action."""
+    """Solves offline task `task_id`: `act(observation)` returns the next reply, the action inside
+    triple backticks as AgentGym's WebArena client requires (the lenient dialect reads it too)."""
 
     def __init__(self, task_id: int) -> None:
         self.family = FAMILIES[task_id // INSTANCES].__name__
@@ -205,6 +215,10 @@ class ScriptedPolicy:
         self._plan: Plan | None = None
 
     def act(self, observation: str) -> str:
+        return f"In summary, the next action I will perform is ```{self.next_action(observation)}```"
+
+    def next_action(self, observation: str) -> str:
+        """The next action alone, in WebArena's grammar."""
         if self._plan is None:
             self._plan = PLANS[self.family](observation, self._args)
             return next(self._plan)

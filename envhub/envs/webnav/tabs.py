@@ -168,8 +168,9 @@ class BrowserTabs:
     async def _do_type(self, action: WebAction) -> None:
         x, y = await self._center(action.element_id)
         await self.page.mouse.click(x, y)
-        await self.page.keyboard.press("Control+a")  # replace the field's content, not append to it
-        await self.page.keyboard.press("Backspace")
+        if action.clear_first:  # replace the field's content, not append to it
+            await self.page.keyboard.press("Control+a")
+            await self.page.keyboard.press("Backspace")
         await self.page.keyboard.type(action.text)
         if action.press_enter:
             await self.page.keyboard.press("Enter")
