@@ -133,7 +133,10 @@ class ChannelConnection(asyncio.Protocol):
         except MalformedFrame as error:
             self._reject(error.request_id, str(error))
             return
-        if not self.authenticated and op != "hello":
+        if op == "hello":  # no I/O: answered in order, so requests pipelined behind it find it done
+            self._answer_hello(request_id, arguments)
+            return
+        if not self.authenticated:
             self._refuse(request_id, "the first frame must be a hello")
             return
         task = asyncio.get_running_loop().create_task(self._handle(request_id, op, arguments))
@@ -152,20 +155,30 @@ class ChannelConnection(asyncio.Protocol):
             hub_sites_url.set(self.sites_url)
         try:
             status, answer = await self._run(op, arguments)
-        except ValidationError as error:
-            self.service.stats.errors["malformed_request"] += 1
-            status, answer = 422, {"detail": _as_http_errors(error), "kind": "malformed_request"}
-        except EnvhubError as error:
-            status, answer = error.status_code, {"detail": error.detail, "kind": error.kind}
-        except Exception as error:  # a server bug: answered and logged, as InternalErrorMiddleware does
-            logger.exception("channel %s failed", op)
-            self.service.stats.errors["internal_error"] += 1
-            status, answer = 500, {"detail": f"internal error in envhub: {type(error).__name__}: {error}",
-                                   "kind": "internal_error"}
+        except Exception as error:
+            status, answer = self._failure(op, error)
         self._answer(request_id, status, answer)
-        if op == "hello" and not self.authenticated:  # refused: the answer goes out, then the connection ends
+
+    def _answer_hello(self, request_id: int, arguments: dict[str, Any]) -> None:
+        try:
+            status, answer = self._hello(HelloRequest.model_validate(arguments))
+        except Exception as error:
+            status, answer = self._failure("hello", error)
+        self._answer(request_id, status, answer)
+        if not self.authenticated:  # refused: the answer goes out, then the connection ends
             self._flush()
             self.transport.close()
+
+    def _failure(self, op: str, error: Exception) -> tuple[int, dict[str, Any]]:
+        """The status and answer of a failed request, as the HTTP API gives them."""
+        if isinstance(error, ValidationError):
+            self.service.stats.errors["malformed_request"] += 1
+            return 422, {"detail": _as_http_errors(error), "kind": "malformed_request"}
+        if isinstance(error, EnvhubError):
+            return error.status_code, {"detail": error.detail, "kind": error.kind}
+        logger.exception("channel %s failed", op, exc_info=error)  # a server bug, as InternalErrorMiddleware
+        self.service.stats.errors["internal_error"] += 1
+        return 500, {"detail": f"internal error in envhub: {type(error).__name__}: {error}", "kind": "internal_error"}
 
     async def _run(self, op: str, arguments: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         service = self.service
@@ -185,7 +198,7 @@ class ChannelConnection(asyncio.Protocol):
             request = ChannelCloseRequest.model_validate(arguments)
             self.sessions.discard(request.session_id)
             return 200, await service.close(request.session_id)
-        return self._hello(HelloRequest.model_validate(arguments))
+        raise AssertionError(f"op {op!r} reached _run: decode_request admits only OPS, hello is answered in _dispatch")
 
     def _hello(self, hello: HelloRequest) -> tuple[int, dict[str, Any]]:
         if hello.protocol != PROTOCOL_VERSION:

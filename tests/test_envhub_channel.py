@@ -298,3 +298,13 @@ def test_no_frame_crashes_the_channel_or_leaks_a_session(hub_url: str, requests:
     while _health(hub_url)["sessions"] and time.monotonic() < deadline_s:  # released on disconnect
         time.sleep(0.01)
     assert _health(hub_url)["sessions"] == 0
+
+
+
+def test_requests_pipelined_right_behind_the_hello_are_served(hub_url: str) -> None:
+    """A client may send its hello and its first create in one write, without waiting."""
+    channel = RawChannel(hub_url, hello=False)
+    channel.sock.sendall(frame(msgpack.packb([1, "hello", {"protocol": PROTOCOL_VERSION}]))
+                         + frame(msgpack.packb([2, "create", {"env_id": "keydoor-v0", "task_id": "1", "seed": 0}])))
+    assert [channel.receive()[:2] for _ in range(2)] == [[1, 200], [2, 201]]
+    channel.sock.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,9 +52,11 @@ def serving(app: FastAPI) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, log_level="critical", access_log=False))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
+    deadline_s = time.monotonic() + 30
     while not server.started:
         assert thread.is_alive(), "stand-in server died during startup"
-        threading.Event().wait(0.01)
+        assert time.monotonic() < deadline_s, "stand-in server did not start within 30 s"
+        time.sleep(0.01)
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
