@@ -10,6 +10,8 @@ down at the end. Async test bodies run under asyncio.run (no pytest-asyncio).
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import os
 import signal
 from typing import Any, Iterator
@@ -261,6 +263,18 @@ def test_a_jvm_that_fails_is_discarded_and_replaced() -> None:
         await replacement.close()
 
     asyncio.run(run())
+
+
+def test_a_closed_jvm_is_never_dialled_again(caplog: pytest.LogCaptureFixture) -> None:
+    # py4j's finalizers dial the JVM for every collected Java object; against a dead JVM each
+    # logged a traceback from inside the garbage collector, which broke numpy loads on 3.11 (CI).
+    jvm = jvm_pool.ScienceWorldJvm(max_heap_mb=256)
+    java_object = jvm._gateway.jvm.java.util.ArrayList()
+    jvm.close()
+    with caplog.at_level(logging.DEBUG, logger="py4j"):
+        del java_object
+        gc.collect()
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 # --- over HTTP ------------------------------------------------------------------------------

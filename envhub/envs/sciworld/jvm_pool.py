@@ -84,6 +84,12 @@ class ScienceWorldJvm(ScienceWorldEnv):
             gateway.java_process.wait(timeout=STOP_TIMEOUT_S)
         with contextlib.suppress(Exception):
             gateway.close(keep_callback_server=True)  # sockets only; there is no callback server
+        # py4j's finalizers tell the JVM about every collected Java object: against a dead JVM each
+        # one dials, fails and logs a traceback from inside the garbage collector, whichever code
+        # it interrupts (on Python 3.11 that traceback's ast.parse, nested in numpy's header
+        # literal_eval, raised "AST constructor recursion depth mismatch"). A disconnected client
+        # skips them, and a late call fails at once instead of dialling.
+        gateway._gateway_client.is_connected = False
 
 
 def check_task_table(jvm: ScienceWorldJvm) -> None:
