@@ -27,7 +27,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from common.auth import tokens_match
-from envhub.channel_frames import MAX_FRAME_BYTES, OPS, PROTOCOL_VERSION, FrameReader, FrameTooLarge, frame
+from envhub.channel_frames import FLUSH_FRAMES, MAX_FRAME_BYTES, OPS, PROTOCOL_VERSION, FrameReader, FrameTooLarge, frame
 from envhub.errors import ERRORS, EnvhubError
 from envhub.session_models import CreateSessionRequest
 from envhub.sites.serving import hub_sites_url
@@ -234,6 +234,8 @@ class ChannelConnection(asyncio.Protocol):
         if not self._outbox:  # one write per loop pass for every answer ready in it
             asyncio.get_running_loop().call_soon(self._flush)
         self._outbox.append(frame(self._packer.pack([request_id, status, answer])))
+        if len(self._outbox) >= FLUSH_FRAMES:
+            self._flush()
 
     def _flush(self) -> None:
         if self._outbox and not self.transport.is_closing():

@@ -26,7 +26,7 @@ import msgpack
 
 from common.auth import token_from_env
 from envhub.base import StepResult
-from envhub.channel_frames import MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameReader, FrameTooLarge, frame
+from envhub.channel_frames import FLUSH_FRAMES, MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameReader, FrameTooLarge, frame
 from envhub.client import EnvClient, EnvClientError, SessionHandle, _malformed_answer
 
 EnvTransport = Literal["channel", "http"]
@@ -79,6 +79,8 @@ class _Connection(asyncio.Protocol):
         if not self._outbox:
             self._loop.call_soon(self._flush)
         self._outbox.append(frame(self._packer.pack([request_id, op, body])))
+        if len(self._outbox) >= FLUSH_FRAMES:
+            self._flush()
         return future
 
     def _sweep(self) -> None:

@@ -26,6 +26,10 @@ MAX_FRAME_BYTES = 4 * 2**20
 """Largest frame either side accepts: an 8k-character action is ~32 KiB of UTF-8 at most, but
 observations (webnav pages) run to hundreds of KiB."""
 OPS = ("hello", "create", "step", "close")
+FLUSH_FRAMES = 32
+"""Frames either side holds before writing them at once, even mid loop pass: both write once a pass
+otherwise, and with hundreds of calls in flight each side then works while the other waits (a
+convoy: half of each core idle, and the latency of a whole batch on every call)."""
 
 
 class FrameTooLarge(ValueError):

@@ -22,7 +22,7 @@ from common.auth import TOKEN_ENV
 from envhub import registry
 from envhub.base import Environment, StepResult
 from envhub.channel_client import ChannelEnvClient, make_env_client
-from envhub.channel_frames import HEADER, MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameReader, frame
+from envhub.channel_frames import FLUSH_FRAMES, HEADER, MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameReader, frame
 from envhub.client import EnvClient, EnvClientError
 from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
@@ -252,6 +252,12 @@ def test_pipelined_steps_of_many_sessions_each_answer_their_own_call(hub_url: st
             assert len({result.observation for result in direct}) > 1  # each task names its own rooms
             assert [result.observation for result in pipelined] == [result.observation for result in direct]
             await asyncio.gather(*(client.close(handle.session_id) for handle in again))
+            # More calls in flight than either side holds before writing (FLUSH_FRAMES): each still
+            # gets its own answer, none lost between the early writes and the end-of-pass ones.
+            burst = await asyncio.gather(*(client.close(f"no-such-session-{n}") for n in range(5 * FLUSH_FRAMES + 3)),
+                                         return_exceptions=True)
+            assert [getattr(error, "status_code", None) for error in burst] == [404] * len(burst)
+            assert all(f"no-such-session-{n}" in str(error) for n, error in enumerate(burst))
 
     asyncio.run(body())
 
