@@ -16,7 +16,6 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -116,7 +115,26 @@ async def _opened(lease: TaskLease, deps: EpisodeDeps, observation: str) -> Chat
 
 async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, session_id: str, observation: str,
                 out: EpisodeOutcome) -> None:
-    deadline_unix_s = lease.deadline_unix_s - deps.deadline_margin_s
+    """The turns, cut at the lease's deadline (less the margin): the generate or env step in flight
+    is cancelled (a cancelled generate frees its batch row; a cancelled env step leaves a session
+    that is closed right after) and DeadlinePassed raised; at once when the deadline has come.
+    One timer for the episode, not one per call: arming and cancelling two a turn cost the actor
+    more than a fifth of its own time per turn."""
+    remaining_s = lease.deadline_unix_s - deps.deadline_margin_s - time.time()
+    if remaining_s <= 0:
+        raise DeadlinePassed("the lease's deadline passed")
+    deadline = asyncio.timeout(remaining_s)
+    try:
+        async with deadline:
+            await _turns(lease, buf, deps, session_id, observation, out)
+    except TimeoutError:
+        if deadline.expired():
+            raise DeadlinePassed("the lease's deadline passed while waiting") from None
+        raise
+
+
+async def _turns(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, session_id: str, observation: str,
+                 out: EpisodeOutcome) -> None:
     while True:
         if out.num_turns >= lease.turn_cap:
             out.truncated, out.finish_reason = True, "turn_cap"
@@ -125,12 +143,12 @@ async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sessi
             out.truncated, out.finish_reason = True, "token_budget"
             return
         t = time.monotonic()
-        gen = await _by_deadline(deadline_unix_s, lambda: deps.engine.generate(list(buf.token_ids), deps.sampling))
+        gen = await deps.engine.generate(list(buf.token_ids), deps.sampling)
         out.timings["generate_s"] += time.monotonic() - t
         buf.append_generated(gen.token_ids, gen.logprobs, gen.versions)
         action = deps.tokenizer.decode(gen.token_ids, skip_special_tokens=True).strip()
         t = time.monotonic()
-        result = await _by_deadline(deadline_unix_s, lambda: deps.env.step(session_id, action))
+        result = await deps.env.step(session_id, action)
         out.timings["env_s"] += time.monotonic() - t
         out.num_turns += 1
         out.reward += result.reward
@@ -151,23 +169,6 @@ async def _play(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sessi
             out.truncated, out.finish_reason = True, "token_budget"
             return
         observation = result.observation
-
-
-async def _by_deadline(deadline_unix_s: float, call: Callable[[], Awaitable]):
-    """``await call()``, cancelled when the deadline comes (a cancelled generate frees its batch row;
-    a cancelled env step leaves a session that is closed right after); DeadlinePassed then, or at once
-    when it has come already."""
-    remaining_s = deadline_unix_s - time.time()
-    if remaining_s <= 0:
-        raise DeadlinePassed("the lease's deadline passed")
-    timeout = asyncio.timeout(remaining_s)
-    try:
-        async with timeout:
-            return await call()
-    except TimeoutError:
-        if timeout.expired():
-            raise DeadlinePassed("the lease's deadline passed while waiting") from None
-        raise
 
 
 async def _opening(lease: TaskLease, deps: EpisodeDeps, observation: str) -> tuple[list, str]:
