@@ -154,7 +154,7 @@ def run_check(args: argparse.Namespace, cfg: Config) -> int:
     splits = task_splits(args.env_id, options)
     default_split = splits.get("train") or next(iter(splits.values()))
     task_id = args.task if args.task is not None else str(next(iter(default_split)))
-    if not registry.spec(args.env_id).has_task(task_id, **options):
+    if not registry.spec(args.env_id).has_task(task_id, splits):
         known = ", ".join(f"{name}: {describe_numbers(numbers)}" for name, numbers in splits.items())
         raise UsageError(f"{args.env_id} has no task {task_id!r}; tasks: {known}")
     where = "over HTTP" if args.http else "in-process"

@@ -60,15 +60,17 @@ class EnvSpec:
         if self.splits is not None and not _valid_splits(self.splits):
             raise ValueError(f"splits must be a non-empty dict of name -> range or list of ints, got {self.splits!r}")
 
-    def has_task(self, task_id: str, **options: Any) -> bool:
-        """True when `task_id` is the canonical decimal string of a task in some split."""
+    def has_task(self, task_id: str, splits: dict[str, range | list[int]] | None = None, **options: Any) -> bool:
+        """True when `task_id` is the canonical decimal string of a task in some split: of `splits`
+        when the caller has listed them already (listing may load a dataset), else of the env's under `options`."""
         try:
             number = int(task_id)
         except (TypeError, ValueError):
             return False
         if str(number) != task_id:  # reject "007", " 7", "7_0": one task, one spelling
             return False
-        return any(number in task_range for task_range in task_splits(self.id, **options).values())
+        splits = task_splits(self.id, **options) if splits is None else splits
+        return any(number in task_range for task_range in splits.values())
 
 
 def register(id: str, entry_point: str, max_turns: int, splits: dict[str, range] | None = None,

@@ -176,7 +176,7 @@ class SessionService:
             raise self._error("unknown_env", str(error)) from None
         options = self.options(request.env_id)
         splits = self._task_splits(request.env_id, options)  # before the task check: it may need options
-        if not env_spec.has_task(request.task_id, **options):
+        if not env_spec.has_task(request.task_id, splits):
             ranges = ", ".join(f"{name}: {_describe(numbers)}" for name, numbers in splits.items())
             raise self._error("bad_task", f"env {request.env_id}: no task {_shorten(request.task_id)!r}; "
                               f"tasks: {ranges}")
