@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass
+from typing import Literal
+
+Engine = Literal["cpu", "vllm"]
+EngineDtype = Literal["", "float32", "bfloat16"]
+EnvTransport = Literal["http", "channel"]
+ENGINE_ONLY_KNOBS: dict[str, Engine] = {"vllm_gpu_memory_utilization": "vllm", "max_queued_requests": "cpu",
+                                        "max_cached_prefix_mb": "cpu"}
+"""Knobs one engine reads: set to anything but its default under the other engine, a config error."""
 
 
 @dataclass(frozen=True)
 class ActorsConfig:
     count: int = 1
     """Number of actor processes (``--actors``)."""
-    engine: str = "cpu"
+    engine: Engine = "cpu"
     """Inference engine: ``cpu`` (transformers, continuous batching) or ``vllm`` (GPU; the vllm extra)."""
-    engine_dtype: str = ""
+    engine_dtype: EngineDtype = ""
     """Parameter dtype the engine serves in (``float32``, ``bfloat16``); empty: ``model.dtype``. With
     ``learner.mixed_precision`` (bf16 compute over float32 master weights) a ``bfloat16`` engine
     samples from the policy the learner scores, at about half the CPU time of float32."""
@@ -30,7 +40,7 @@ class ActorsConfig:
     """Torch intra-op threads per actor process (CPU engine)."""
     env_timeout_s: float = 30.0
     """HTTP deadline of one envhub call; a miss ends the episode with status ``timeout``."""
-    env_transport: str = "http"
+    env_transport: EnvTransport = "http"
     """How episodes create, step and close their env sessions: ``http`` (one JSON request each:
     envhub/server.py's routes) or ``channel`` (one persistent msgpack connection per actor,
     pipelined: envhub/channel.py, a fraction of HTTP's CPU per step on both sides). HTTP stays the
@@ -53,13 +63,21 @@ class ActorsConfig:
     deadline and returned, so that it reaches the head before the lease expires there."""
 
     def __post_init__(self) -> None:
-        if self.engine_dtype not in ("", "float32", "bfloat16"):
+        for name, engine in ENGINE_ONLY_KNOBS.items():
+            if self.engine != engine and getattr(self, name) != _DEFAULTS[name]:
+                raise ValueError(f"actors.{name} applies only to engine {engine}; engine is {self.engine}")
+        if self.engine_dtype not in typing.get_args(EngineDtype):
             raise ValueError(f"engine_dtype must be float32, bfloat16 or empty, got {self.engine_dtype!r}")
-        if self.env_transport not in ("channel", "http"):
+        if self.env_transport not in typing.get_args(EnvTransport):
             raise ValueError(f"env_transport must be channel or http, got {self.env_transport!r}")
-        if self.engine not in ("cpu", "vllm"):
+        if self.engine not in typing.get_args(Engine):
             raise ValueError(f"engine must be cpu or vllm, got {self.engine!r}")
+        if not 0 < self.vllm_gpu_memory_utilization <= 1:
+            raise ValueError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
         if self.max_consecutive_engine_errors < 1:
             raise ValueError(f"max_consecutive_engine_errors must be >= 1, got {self.max_consecutive_engine_errors}")
         if self.lease_deadline_margin_s < 0:
             raise ValueError(f"lease_deadline_margin_s must be >= 0, got {self.lease_deadline_margin_s}")
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ActorsConfig)}

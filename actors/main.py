@@ -26,9 +26,9 @@ import uvloop
 import zmq
 import zmq.asyncio
 
+from actors.build_engine import build_engine, stop_token_ids
 from actors.conversation import ConversationStarts
 from actors.engine_api import InferenceEngine, SamplingParams
-from actors.engines import build_engine, stop_token_ids
 from actors.episode import EpisodeDeps, run_episode
 from actors.health import EngineDead, EngineHealth
 from actors.weights import ControlThread

@@ -3,7 +3,8 @@
 ``load_config("configs/smoke.yaml", ["--learner.lr", "1e-4"])`` merges, in order: the dataclass
 defaults, the YAML file, then ``--section.key value`` overrides (values parsed as YAML, so
 ``3``, ``1e-4``, ``true`` and ``[2, 4]`` mean what they look like). Unknown keys are rejected
-with the valid ones listed; every value is checked against its field's type.
+with the valid ones listed; every value is checked against its field's type (``common/typed_build.py``,
+the validator the wire protocol uses too), a closed choice (a ``Literal``) against its values.
 Each field's documentation is the string literal under it (see ``field_docs``).
 """
 
@@ -17,17 +18,23 @@ import textwrap
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
 from actors.config import ActorsConfig
+from common import typed_build
 from envhub.config import EnvhubConfig
 from learner.config import LearnerConfig
 
 
 class ConfigError(ValueError):
     """A configuration file or override that does not fit the schema."""
+
+
+RunMode = Literal["async", "sync"]
+ModelDtype = Literal["float32", "bfloat16"]
+WarmStart = Literal["", "keydoor"]
 
 
 @dataclass(frozen=True)
@@ -51,13 +58,13 @@ class RunSection:
     """Deterministic torch kernels in the learner (same data -> same parameters, resume included)."""
     replay: str = ""
     """A recorded ``trajectories/`` folder to train on instead of live actors (no envhub, no actors)."""
-    mode: str = "async"
+    mode: RunMode = "async"
     """``async`` (generation, env steps and training overlap, within ``learner.max_policy_lag``) or
     ``sync``: the reference systems' loop on the same actors, learner and envs (lease one batch,
     wait for its slowest episode, train, broadcast, then lease the next; ``max_policy_lag`` is 0)."""
 
     def __post_init__(self) -> None:
-        if self.mode not in ("async", "sync"):
+        if self.mode not in typing.get_args(RunMode):
             raise ValueError(f"run.mode must be async or sync, got {self.mode!r}")
 
 
@@ -67,17 +74,17 @@ class ModelSection:
     """``tiny`` (random 1M-parameter Qwen2), ``smollm2-135m``, or a local HF model folder."""
     cache_dir: str = ""
     """Where built or converted models are cached; empty: $LONGHORIZON_CACHE, else ~/.cache/longhorizon."""
-    dtype: str = "float32"
+    dtype: ModelDtype = "float32"
     """Parameter dtype of the actors' engines and of the weights they receive: float32 or bfloat16.
     The learner keeps float32 master weights and optimizer state whatever it is; bfloat16 makes it
     compute in bfloat16, as ``learner.mixed_precision`` (``learner.model.computes_in_bfloat16``)."""
-    warm_start: str = ""
+    warm_start: WarmStart = ""
     """``keydoor``: before the run the launcher trains from a warm start of the tiny model (a short
-    supervised pass on random *admissible* keydoor actions, ``learner/warm_start.py``: the format,
+    supervised pass on random *admissible* keydoor actions, ``common/launcher/warm_start.py``: the format,
     no policy), made once per keydoor options and prompt and cached in ``cache_dir``; empty: none."""
 
     def __post_init__(self) -> None:
-        if self.warm_start not in ("", "keydoor"):
+        if self.warm_start not in typing.get_args(WarmStart):
             raise ValueError(f"model.warm_start must be '' or keydoor, got {self.warm_start!r}")
         if self.warm_start and self.name != "tiny":
             raise ValueError(f"model.warm_start keydoor starts from the tiny model, not {self.name!r}")
@@ -223,46 +230,21 @@ def _set_dotted(tree: dict, keys: list[str], value: Any) -> None:
 
 
 def _build(cls: type, values: Any, where: str) -> Any:
-    if not isinstance(values, dict):
-        raise ConfigError(f"{where or 'config'}: expected a mapping, got {values!r}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for key in values:
-        if key not in fields:
-            name = f"{where}.{key}" if where else key
-            raise ConfigError(f"unknown config key {name!r}; valid keys here: {', '.join(sorted(fields))}")
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for name, value in values.items():
-        path = f"{where}.{name}" if where else name
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            kwargs[name] = _build(hint, value, path)
-        else:
-            kwargs[name] = _coerce(value, hint, path)
-    try:
-        return cls(**kwargs)
-    except (ValueError, TypeError) as exc:  # a section's own checks (__post_init__)
-        raise ConfigError(f"{where or 'config'}: {exc}") from None
+    return typed_build.build(cls, values, where, _YAML)
 
 
 def _coerce(value: Any, hint: Any, where: str) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return value  # validated by whoever consumes it (e.g. an env's constructor)
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return [_coerce(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise ConfigError(f"{where}: expected a mapping with string keys, got {value!r}")
-        return {k: _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
+    """A plain value read from YAML or an override, as the field's class ``hint`` wants it."""
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint is float and isinstance(value, str):
         return _parse_float(value, where)  # YAML 1.1 reads "1e-3" (no dot) as a string
     if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)  # a run name like 42 is meant as text
+    if hint is type(None):
+        if value is not None:
+            raise ConfigError(f"{where}: expected null, got {value!r}")
+        return None
     if isinstance(value, bool) and hint is not bool:
         raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
     if not isinstance(value, hint):
@@ -277,17 +259,36 @@ def _parse_float(text: str, where: str) -> float:
         raise ConfigError(f"{where}: expected float, got {text!r}") from None
 
 
+def _unknown_keys(where: str, unknown: list[str], valid: list[str]) -> str:
+    return f"unknown config key {typed_build.joined(where, unknown[0])!r}; valid keys here: {', '.join(valid)}"
+
+
+def _no_match(where: str, value: Any, hint: Any, errors: list[Exception]) -> Exception:
+    """A section that may be unset (``X | None``) says what is wrong inside it, not that it is not null."""
+    return errors[0] if value is not None else ConfigError(f"{where}: {value!r} matches none of {hint}")
+
+
+_YAML = typed_build.Dialect(
+    error=lambda message, reason: ConfigError(message),
+    shown=repr,
+    mapping="mapping",
+    scalar=_coerce,
+    unknown_keys=_unknown_keys,
+    no_match=_no_match,
+)
+"""How the config words and raises what the shared checks find: every error names the dotted key."""
+
+
 # --------------------------------------------------------------------------- writing
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
-    """The config as plain data (for YAML, tensorboard text and Ray arguments)."""
-    return dataclasses.asdict(cfg)
-
-
-def from_dict(tree: dict[str, Any]) -> Config:
-    """Inverse of ``to_dict``; validates like a YAML file."""
-    return _build(Config, tree, "")
+def to_dict(cfg: Config) -> dict[str, Any]:
+    """The config as plain data, the selected estimator's settings written out (defaults included)."""
+    tree = dataclasses.asdict(cfg)
+    algorithm = cfg.learner.algorithm
+    if algorithm.settings is not None:
+        tree["learner"]["algorithm"][algorithm.advantage] = dataclasses.asdict(algorithm.settings)
+    return tree
 
 
 def write_resolved(cfg: Config, path: Path) -> None:

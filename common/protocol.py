@@ -3,9 +3,10 @@
 Every message travels as msgpack: ``{"type": <name>, "schema": SCHEMA_VERSION, "body": {...}}``.
 Arrays travel as ``{"dtype": "<i4", "shape": [n], "data": <raw little-endian bytes>}``, never as
 Python lists: a 30k-token trajectory as a list of ints is ~5x larger and ~50x slower to decode.
-No pickle anywhere. ``decode`` validates every field against the declared type annotation and
-raises ``ProtocolError`` (one error type) for anything malformed, so receivers can reject and
-count bad messages instead of crashing.
+No pickle anywhere. ``decode`` validates every field against the declared type annotation (with the
+config's validator, ``common/typed_build.py``, behind a fast plan for well-formed bodies) and raises
+``ProtocolError`` (one error type) for anything malformed, so receivers can reject and count bad
+messages instead of crashing.
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import msgpack
 import numpy as np
 
-from common import wire_checks, wire_fast_path, wire_payloads
+from common import typed_build, wire_checks, wire_fast_path, wire_payloads
 
 MAX_ARRAY_DIMS = 2
 """Every array on the wire is 1-D or 2-D (``turn_spans``)."""
@@ -37,7 +36,7 @@ FinishReason = Literal["terminated", "env_truncated", "turn_cap", "token_budget"
 """Why the episode ended: the env ended it (``terminated``, ``env_truncated``), the lease's limits
 cut it (``turn_cap``, ``token_budget``, ``deadline``: past the lease's deadline), or it failed
 (the status, repeated)."""
-ControlCommand = Literal["stop", "pause", "resume", "set_turn_cap", "regroup"]
+ControlCommand = Literal["stop", "regroup"]
 LeasePurpose = Literal["train", "eval"]
 
 
@@ -159,11 +158,10 @@ class WeightsAnnounce:
 
 @dataclass(frozen=True)
 class Control:
-    """head -> actors (PUB): run-level commands. ``regroup`` forms weight-group generation
-    ``generation`` from ``members`` (actor ids; actor ``members[i]`` is rank i + 1)."""
+    """head -> actors (PUB): run-level commands. ``stop`` ends the run; ``regroup`` forms weight-group
+    generation ``generation`` from ``members`` (actor ids; actor ``members[i]`` is rank i + 1)."""
 
     command: ControlCommand
-    turn_cap: int | None = None
     generation: int | None = None
     members: list[int] | None = None
 
@@ -236,7 +234,7 @@ def encode(message: Any) -> bytes:
     name = type(message).__name__
     if MESSAGE_TYPES.get(name) is not type(message):
         raise ProtocolError(f"not a protocol message: {type(message)!r}")
-    return wire_payloads.pack(name, SCHEMA_VERSION, _to_wire(message), _schema(type(message)).arrays)
+    return wire_payloads.pack(name, SCHEMA_VERSION, _to_wire(message), _array_fields(name))
 
 
 # ---------------------------------------------------------------------------------- decoding
@@ -269,11 +267,6 @@ def _refuse_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"msgpack extension type {code}: no message carries one")
 
 
-def _array_fields(type_name: str) -> frozenset[str]:
-    cls = MESSAGE_TYPES.get(type_name)
-    return frozenset() if cls is None else _schema(cls).arrays
-
-
 _ENVELOPE_KEYS = frozenset({"type", "schema", "body"})
 _fast_plan = functools.cache(wire_fast_path.plan_for)
 
@@ -303,48 +296,19 @@ def _from_envelope(envelope: Any, expected: type | tuple[type, ...] | None) -> A
     return message
 
 
-@dataclass(frozen=True)
-class _Schema:
-    """What ``_build`` needs of a message class, worked out once per class (resolving the type hints
-    took most of the time of decoding a 1k-token ``Trajectory``)."""
-
-    fields: dict[str, tuple[np.dtype | None, Callable[[Any, str], Any]]]
-    """Field name -> (the array dtype of an array field, else None; the check of its type hint)."""
-    required: frozenset[str]
-    arrays: frozenset[str]
-    """The array fields."""
+def _build(cls: type, body: Any, where: str) -> Any:
+    """The field-by-field check (``common/typed_build.py``): accepts, or says exactly what is wrong."""
+    return typed_build.build(cls, body, where, _WIRE)
 
 
 @functools.cache
-def _schema(cls: type) -> _Schema:
-    hints = typing.get_type_hints(cls)
-    fields = dataclasses.fields(cls)
-    return _Schema({f.name: (f.metadata.get("dtype"), _checker(hints[f.name])) for f in fields},
-                   frozenset(f.name for f in fields if _required(f)),
-                   frozenset(f.name for f in fields if f.metadata.get("dtype") is not None))
+def _array_fields(type_name: str) -> frozenset[str]:
+    cls = MESSAGE_TYPES.get(type_name)
+    return frozenset() if cls is None else frozenset(f.name for f in dataclasses.fields(cls) if _array_dtype(f))
 
 
-def _build(cls: type, body: Any, where: str) -> Any:
-    if not isinstance(body, dict):
-        raise ProtocolError(f"{where}: expected a map, got {type(body).__name__}")
-    schema = _schema(cls)
-    unknown = body.keys() - schema.fields.keys()
-    if unknown:
-        raise ProtocolError(f"{where}: unknown fields {sorted(unknown)}")
-    # A field added later with a default may be absent (an older sender or recording).
-    missing = schema.required - body.keys()
-    if missing:
-        raise ProtocolError(f"{where}: missing fields {sorted(missing)}")
-    values = {}
-    for name, value in body.items():
-        dtype, check = schema.fields[name]
-        values[name] = _decode_array(value, dtype, f"{where}.{name}") if dtype is not None else \
-            check(value, f"{where}.{name}")
-    return cls(**values)
-
-
-def _required(f: dataclasses.Field) -> bool:
-    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+def _array_dtype(f: dataclasses.Field) -> np.dtype | None:
+    return f.metadata.get("dtype")
 
 
 _ARRAY_KEYS = frozenset({"dtype", "shape", "data"})
@@ -370,60 +334,12 @@ def _decode_array(value: Any, dtype: np.dtype, where: str) -> np.ndarray:
     return array if len(shape) == 1 else array.reshape(shape)
 
 
-def _check(value: Any, hint: Any, where: str) -> Any:
-    return _checker(hint)(value, where)
-
-
-@functools.cache
-def _checker(hint: Any) -> Callable[[Any, str], Any]:
-    """The check of a value against ``hint``, worked out once per hint (``typing``'s introspection
-    cost more than the checks themselves)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = [_checker(option) for option in args]
-
-        def check_union(value: Any, where: str) -> Any:
-            for option in options:
-                try:
-                    return option(value, where)
-                except ProtocolError:
-                    pass
-            raise ProtocolError(f"{where}: {value!r} matches none of {hint}")
-        return check_union
-    if origin is Literal:
-        def check_literal(value: Any, where: str) -> Any:
-            if value not in args:
-                raise ProtocolError(f"{where}: {value!r} is not one of {list(args)}")
-            return value
-        return check_literal
-    if origin is list:
-        item = _checker(args[0])
-
-        def check_list(value: Any, where: str) -> Any:
-            if not isinstance(value, list):
-                raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
-            return [item(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return check_list
-    if origin is dict:
-        item = _checker(args[1])
-
-        def check_dict(value: Any, where: str) -> Any:
-            if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-                raise ProtocolError(f"{where}: expected a map with string keys")
-            return {k: item(v, f"{where}.{k}") for k, v in value.items()}
-        return check_dict
-    if dataclasses.is_dataclass(hint):
-        return lambda value, where: _build(hint, value, where)
-    if hint is Any:
-        return lambda value, where: value  # env info: any msgpack value; msgpack itself only yields plain data
-    if hint in (str, int, bool):  # what msgpack yields passes at once; the rest (a bool for an int) in full
-        return lambda value, where: value if type(value) is hint else _check_scalar(value, hint, where)
-    return lambda value, where: _check_scalar(value, hint, where)
+def _array_check(f: dataclasses.Field, hint: Any) -> typed_build.Check | None:
+    dtype = _array_dtype(f)
+    return None if dtype is None else lambda value, where: _decode_array(value, dtype, where)
 
 
 def _check_scalar(value: Any, hint: Any, where: str) -> Any:
-    if hint is Any:
-        return value  # env info: any msgpack value; msgpack itself only yields plain data
     if hint is type(None):
         if value is not None:
             raise ProtocolError(f"{where}: expected nil")
@@ -437,3 +353,16 @@ def _check_scalar(value: Any, hint: Any, where: str) -> Any:
     if not isinstance(value, hint):
         raise ProtocolError(f"{where}: expected {hint.__name__}, got {type(value).__name__}")
     return value
+
+
+_WIRE = typed_build.Dialect(
+    error=ProtocolError,
+    shown=lambda value: type(value).__name__,  # never the value: a hostile peer's may be megabytes
+    mapping="map",
+    scalar=_check_scalar,
+    unknown_keys=lambda where, unknown, valid: f"{where}: unknown fields {sorted(unknown)}",
+    no_match=lambda where, value, hint, errors: ProtocolError(f"{where}: {value!r} matches none of {hint}"),
+    field_check=_array_check,
+    top="message",
+)
+"""How the wire words and raises what the shared checks find (reason ``bad_field`` unless said)."""

@@ -246,9 +246,6 @@ def _check_slot(slot: Any, bucket_nbytes: list[int]) -> None:
 
 
 def check_control(m: Any) -> None:
-    if m.command == "set_turn_cap":
-        require(m.turn_cap is not None, "inconsistent_outcome", "set_turn_cap without turn_cap")
-        count_in_range(m.turn_cap, "turn_cap", low=1)
     if m.command == "regroup":
         require(m.generation is not None and m.members is not None, "bad_regroup", "regroup needs generation, members")
         count_in_range(m.generation, "generation")

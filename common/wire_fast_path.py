@@ -113,7 +113,7 @@ def _tuple_getter(names: list[str]) -> Callable[[dict], tuple]:
 
 
 def _unchanged_test(hint: Any) -> Callable[[Any], bool] | None:
-    """A test true only for values ``protocol._checker(hint)`` returns unchanged, or None for a
+    """A test true only for values ``typed_build.checker(hint, ...)`` returns unchanged, or None for a
     hint that has none here (a list, a nested message: left to the field-by-field check)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is float:

@@ -27,7 +27,15 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from common.auth import tokens_match
-from envhub.channel_frames import FLUSH_FRAMES, MAX_FRAME_BYTES, OPS, PROTOCOL_VERSION, FrameReader, FrameTooLarge, frame
+from envhub.channel_frames import (
+    FLUSH_FRAMES,
+    MAX_FRAME_BYTES,
+    OPS,
+    PROTOCOL_VERSION,
+    FrameReader,
+    FrameTooLarge,
+    frame,
+)
 from envhub.errors import ERRORS, EnvhubError
 from envhub.session_models import CreateSessionRequest
 from envhub.sites.serving import hub_sites_url

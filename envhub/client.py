@@ -20,6 +20,7 @@ import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any, Iterator
+from urllib.parse import quote, urlencode
 
 import aiohttp
 
@@ -49,6 +50,16 @@ class SessionHandle:
     session_id: str
     observation: str
     info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TaskList:
+    """One split's task ids of an env under the server's options, and the env's own turn limit."""
+
+    env_id: str
+    split: str
+    task_ids: list[str]
+    max_turns: int
 
 
 class EnvClient:
@@ -93,6 +104,13 @@ class EnvClient:
         body = await self._request("GET", f"/envs/{env_id}/conversation")
         with _malformed_answer("GET /envs/{id}/conversation"):
             return ConversationStart.from_json(body)
+
+    async def tasks(self, env_id: str, split: str) -> TaskList:
+        """The task ids of `split` of `env_id` under the server's options for it (400: no such split)."""
+        body = await self._request("GET", f"/envs/{quote(env_id, safe='')}/tasks?{urlencode({'split': split})}")
+        with _malformed_answer("GET /envs/{id}/tasks"):
+            return TaskList(body["env_id"], body["split"], [str(task_id) for task_id in body["task_ids"]],
+                            int(body["max_turns"]))
 
     async def list_envs(self) -> list[dict[str, Any]]:
         return await self._request("GET", "/envs")

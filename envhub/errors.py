@@ -44,6 +44,7 @@ class ErrorKind:
 
 ERRORS: dict[str, ErrorKind] = {
     "bad_task": ErrorKind(400, "The task id is not a task of this env (the message lists its splits)."),
+    "unknown_split": ErrorKind(400, "The env has no split of this name (the message lists its splits)."),
     "env_config": ErrorKind(400, "The env cannot run under this server's envhub.env_options: the message names "
                                  "the missing or invalid option (or the task those options rule out)."),
     "auth_refused": ErrorKind(401, "Missing or wrong token: the server requires LONGHORIZON_TOKEN as "
@@ -87,6 +88,7 @@ ROUTE_ERRORS: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/channel"): (),
     ("GET", "/envs"): (),  # an env whose task list fails is listed with its error, not failed
     ("GET", "/envs/{env_id}/conversation"): ("env_config", "unknown_env"),
+    ("GET", "/envs/{env_id}/tasks"): ("unknown_split", "env_config", "unknown_env", "malformed_request", "env_error"),
     ("POST", "/sessions"): ("bad_task", "env_config", "unknown_env", "malformed_request", "env_error",
                             "session_limit", "timeout"),
     ("POST", "/sessions/{session_id}/step"): ("env_config", "unknown_session", "episode_over", "session_gone",

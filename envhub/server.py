@@ -5,6 +5,8 @@ Endpoints (JSON):
     GET    /envs                      [{"id", "max_turns", "splits": {name: count} | null, ["error"]}]
     GET    /envs/{env_id}/conversation {"instruction", "acknowledgement", "examples", "default_examples"}:
                                       what the agent reads before the first observation (envhub/base.py)
+    GET    /envs/{env_id}/tasks?split=s {"env_id", "split", "max_turns", "task_ids"}: one split's task ids
+                                      under this server's options (what the learner samples from)
     POST   /sessions                  {"env_id", "task_id", "seed"} -> 201 {"session_id", "observation", "info"}
     POST   /sessions/{sid}/step       {"action"} -> {"observation", "reward", "terminated", "truncated", "info"}
     DELETE /sessions/{sid}            {"closed": true}   (idempotent for sessions the server already closed)
@@ -12,8 +14,8 @@ Endpoints (JSON):
     GET    /ui, /ui/api/...           the trajectory viewer over ``runs_dir`` (envhub/ui/routes.py)
     GET    /sites/...                 webnav-v0's offline sites (envhub/sites)
 
-Errors carry {"detail": message}: 400 bad task id or an env its options leave unusable (say, a
-missing option), 404 unknown env or session, 409 step after the episode ended, 410 session gone
+Errors carry {"detail": message}: 400 bad task id or split, or an env its options leave unusable
+(say, a missing option), 404 unknown env or session, 409 step after the episode ended, 410 session gone
 (idle-reaped or closed after a failure), 413 action longer than ``max_action_chars`` (session
 kept), 422 malformed body, 500 the env raised (session closed) or a server bug (logged), 503
 session limit, 504 env call past its deadline (session closed). envhub/errors.py holds the table
@@ -155,6 +157,19 @@ class SessionService:
         except OPTION_ERRORS as error:  # options the env refuses, e.g. agentgym-v0 without its url
             raise self._error("env_config", f"env {env_id}: no conversation start under its "
                               f"envhub.env_options: {error}") from None
+
+    def tasks(self, env_id: str, split: str) -> dict[str, Any]:
+        """The task ids of one split of `env_id` under this server's options, and its ``max_turns``."""
+        try:
+            env_spec = registry.spec(env_id)
+        except registry.UnknownEnvError as error:
+            raise self._error("unknown_env", str(error)) from None
+        splits = self._task_splits(env_id, self.options(env_id))
+        if split not in splits:
+            raise self._error("unknown_split", f"env {env_id} has no split {_shorten(split)!r}; "
+                              f"splits: {', '.join(sorted(splits))}")
+        return {"env_id": env_id, "split": split, "max_turns": env_spec.max_turns,
+                "task_ids": [str(number) for number in splits[split]]}
 
     def _error(self, kind: str, message: str) -> EnvhubError:
         """The answer to a failed request of `kind`, with the status envhub/errors.py gives it."""
@@ -357,6 +372,11 @@ def _add_routes(app: FastAPI, service: SessionService) -> None:
     async def conversation(env_id: str) -> dict[str, Any]:
         # Off the event loop: an env may play its worked example the first time (then it is cached).
         return await asyncio.to_thread(service.conversation_start, env_id)
+
+    @app.get("/envs/{env_id}/tasks", responses=route_responses("GET", "/envs/{env_id}/tasks"))
+    async def tasks(env_id: str, split: str) -> dict[str, Any]:
+        # Off the event loop: the first listing may load a dataset (then it is cached).
+        return await asyncio.to_thread(service.tasks, env_id, split)
 
     @app.post("/sessions", status_code=201, response_model=CreateSessionResponse,
               responses=route_responses("POST", "/sessions"))

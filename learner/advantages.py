@@ -5,7 +5,8 @@ token the policy sampled (an assistant token); 0 marks prompt, environment obser
 padding tokens. Every function here returns zeros at masked positions, so nothing is ever
 credited to a token the policy did not produce.
 
-Estimators (``learner.algorithm.advantage``):
+Estimators (``learner.algorithm.advantage``; ``ADVANTAGE_ESTIMATORS`` maps each name to its function,
+registered with ``register_advantage_estimator``, and its settings are ``learner.algorithm.<name>``):
 
 - GRPO (DeepSeekMath, arXiv 2402.03300): an episode's outcome reward normalized within its
   group (the ``group_size`` episodes of one task lease), broadcast to all its assistant tokens
@@ -43,8 +44,19 @@ recorded before per-turn rewards were sent puts the episode reward on the last a
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
 import torch
 import torch.nn.functional as F
+
+from learner.config import GaeSettings, GigpoSettings, GrpoSettings, ReinforcePpSettings
+from learner.losses import masked_mean
+
+if typing.TYPE_CHECKING:
+    from learner.turns import BatchTurns
 
 
 def _check_batch(loss_mask: torch.Tensor, per_episode: torch.Tensor, name: str) -> None:
@@ -370,3 +382,104 @@ def _check_tokens(per_token: torch.Tensor, loss_mask: torch.Tensor, name: str) -
             f"{name} and loss_mask must both be [B, T]; got {tuple(per_token.shape)} "
             f"and {tuple(loss_mask.shape)}"
         )
+
+
+# --------------------------------------------------------------------------- the estimator registry
+
+
+@dataclass(frozen=True)
+class AdvantageInputs:
+    """What an estimator may read of a batch: ``B`` episodes of ``T`` tokens."""
+
+    rewards: torch.Tensor
+    """[B] episode rewards (clipped, shaped)."""
+    group_index: torch.Tensor
+    """[B] integer group label of each episode."""
+    loss_mask: torch.Tensor
+    """[B, T] 1 on assistant tokens."""
+    token_rewards: torch.Tensor | None = None
+    """[B, T] per-token rewards (each turn's on its last token, minus the KL penalty with
+    ``kl_in_reward``); given to estimators registered with ``token_rewards=True``."""
+    values: torch.Tensor | None = None
+    """[B, T] the critic's values; given to estimators registered with ``critic=True``."""
+    turns: BatchTurns | None = None
+    """Every turn's reward, row, span and anchor state; None for a batch recorded without them."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What an estimator returns."""
+
+    advantages: torch.Tensor
+    """[B, T], 0 off the mask."""
+    returns: torch.Tensor | None = None
+    """[B, T] the critic's regression target (estimators with a critic)."""
+    scalars: dict[str, float] = field(default_factory=dict)
+    """Metrics about the estimate (``learner/`` namespace)."""
+
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """One registered estimator: ``compute(inputs, settings)`` and what it needs computed for it."""
+
+    compute: Callable[[AdvantageInputs, Any], Estimate]
+    token_rewards: bool
+    """It reads ``AdvantageInputs.token_rewards``."""
+    critic: bool
+    """It reads ``AdvantageInputs.values``: the learner builds and trains a critic."""
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
+"""Estimator name (``learner.algorithm.advantage``) -> its pure function."""
+
+
+def register_advantage_estimator(name: str, token_rewards: bool = False, critic: bool = False):
+    """Register ``compute(inputs, settings) -> Estimate`` under ``name``; ``settings`` is the
+    estimator's ``learner.algorithm.<name>`` section (None for an estimator without one)."""
+    def register(compute: Callable[[AdvantageInputs, Any], Estimate]) -> Callable[[AdvantageInputs, Any], Estimate]:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is registered twice")
+        ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(compute, token_rewards, critic)
+        return compute
+    return register
+
+
+@register_advantage_estimator("grpo")
+def _grpo(inputs: AdvantageInputs, settings: GrpoSettings) -> Estimate:
+    per_episode = grpo_advantages(inputs.rewards, inputs.group_index, settings.std_norm)
+    return Estimate(sequence_to_token_advantages(per_episode, inputs.loss_mask))
+
+
+@register_advantage_estimator("rloo")
+def _rloo(inputs: AdvantageInputs, settings: None) -> Estimate:
+    per_episode = rloo_advantages(inputs.rewards, inputs.group_index)
+    return Estimate(sequence_to_token_advantages(per_episode, inputs.loss_mask))
+
+
+@register_advantage_estimator("reinforce_pp", token_rewards=True)
+def _reinforce_pp(inputs: AdvantageInputs, settings: ReinforcePpSettings) -> Estimate:
+    return Estimate(reinforce_pp_advantages(inputs.token_rewards, inputs.loss_mask, settings.gamma))
+
+
+@register_advantage_estimator("gae", token_rewards=True, critic=True)
+def _gae(inputs: AdvantageInputs, settings: GaeSettings) -> Estimate:
+    advantages, returns = gae_advantages(inputs.token_rewards, inputs.values, inputs.loss_mask, settings.gamma,
+                                         settings.lam)
+    return Estimate(whiten(advantages, inputs.loss_mask), returns,
+                    {"return_mean": float(masked_mean(returns, inputs.loss_mask))})
+
+
+@register_advantage_estimator("gigpo")
+def _gigpo(inputs: AdvantageInputs, settings: GigpoSettings) -> Estimate:
+    turns = inputs.turns
+    if turns is None:
+        raise ValueError("advantage gigpo needs each turn's reward and observation fingerprint; an "
+                         "episode of this batch has none (recorded before they were sent?)")
+    episode = grpo_advantages(inputs.rewards, inputs.group_index, settings.std_norm)
+    returns = turn_returns(turns.rewards.to(inputs.rewards.dtype), turns.row, settings.gamma)
+    step = grpo_advantages(returns, turns.anchor, settings.std_norm)
+    advantages = gigpo_advantages(episode, step, turns.row, turns.spans, inputs.loss_mask,
+                                  settings.step_advantage_weight)
+    anchors = int(turns.anchor.max()) + 1 if len(turns.anchor) else 0
+    # How much step-level signal there is: turns per anchor state (1 would mean no comparison).
+    return Estimate(advantages, scalars={"gigpo_turns_per_anchor": len(turns.anchor) / max(anchors, 1)})

@@ -4,7 +4,8 @@ Layout: ``state/`` (sharded model and optimizer, torch.distributed.checkpoint), 
 (step, policy version, sampler and horizon state), ``rng_rank<r>.pt`` (each rank's torch RNG under
 ``"torch"`` and the trainer's own generators, e.g. ``"minibatch_shuffle"``),
 ``hf/`` (loads with ``from_pretrained``),
-and ``COMPLETE``, written last: a folder without it is an interrupted save and is ignored.
+and ``COMPLETE``, written last: a folder without it is an interrupted save and is ignored
+(the folder names and the marker: ``common/run_folder.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from safetensors.torch import save_file
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from common.run_folder import checkpoint_folder, mark_complete
 from learner.model import UnshardedParameters
 
 
@@ -31,7 +33,7 @@ def save_checkpoint(run_dir: Path, step: int, modules: dict, loop_state: dict, m
     ``modules`` maps a name to (module, optimizer); ``"policy"`` is the one exported to ``hf/``.
     ``rng_state``: this rank's generators other than torch's global one (``Trainer.rng_state``).
     """
-    folder = Path(run_dir) / "checkpoints" / f"step_{step}"
+    folder = checkpoint_folder(run_dir, step)
     state = {}
     for name, (module, optimizer) in modules.items():
         model_sd, optim_sd = get_state_dict(module, optimizer)
@@ -49,7 +51,7 @@ def save_checkpoint(run_dir: Path, step: int, modules: dict, loop_state: dict, m
             export_hf(stream, model_path, folder / "hf")
         finally:
             deque(stream, maxlen=0)  # an export that failed still takes part in the followers' gathers
-        (folder / "COMPLETE").write_text(f"step {step}\n")
+        mark_complete(folder, step)
     else:
         params.drain()
     return folder
@@ -106,9 +108,3 @@ def export_hf(params: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Ten
     if skeleton.can_generate():
         skeleton.generation_config.save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(model_path).save_pretrained(out_dir)
-
-
-def latest_complete(run_dir: Path) -> Path | None:
-    """The newest ``step_<N>`` folder that has its ``COMPLETE`` marker."""
-    done = [p for p in (Path(run_dir) / "checkpoints").glob("step_*") if (p / "COMPLETE").exists()]
-    return max(done, key=lambda p: int(p.name.removeprefix("step_")), default=None)

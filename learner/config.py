@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Advantage = Literal["grpo", "rloo", "reinforce_pp", "gae", "gigpo"]
+"""The advantage estimators (``learner/advantages.py``'s registry holds one function per name)."""
+LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+KlEstimator = Literal["k1", "k2", "k3"]
+KL_LOSS_ESTIMATORS: tuple[KlEstimator, ...] = ("k2", "k3")
+"""Estimators whose gradient as a loss term regularises toward the reference (k1's does not)."""
+ReduceGradients = Literal["once_per_step", "every_micro_batch"]
+HorizonKind = Literal["fixed", "stepwise", "adaptive"]
 
 
 @dataclass(frozen=True)
 class HorizonConfig:
     """ScalingInter-RL turn-cap schedule; see ``learner/horizon.py`` for the step convention."""
 
-    kind: str = "stepwise"
+    kind: HorizonKind = "stepwise"
     """``fixed`` (one cap), ``stepwise`` (stages start at set steps) or ``adaptive`` (raised on
     truncation at the cap plus a success plateau)."""
     turn_caps: list[int] = field(default_factory=lambda: [4, 6, 8])
@@ -36,24 +47,75 @@ class HorizonConfig:
 
 
 @dataclass(frozen=True)
-class AlgorithmConfig:
-    """Which advantage estimator and loss terms the learner uses (see learner/train_step.py)."""
+class GrpoSettings:
+    """``learner.algorithm.grpo``: settings of the ``grpo`` estimator."""
 
-    advantage: str = "grpo"
+    std_norm: bool = True
+    """Divide GRPO advantages by the group's reward std."""
+
+
+@dataclass(frozen=True)
+class ReinforcePpSettings:
+    """``learner.algorithm.reinforce_pp``: settings of the ``reinforce_pp`` estimator."""
+
+    gamma: float = 1.0
+    """Discount per assistant token (env tokens are not discounted)."""
+
+
+@dataclass(frozen=True)
+class GaeSettings:
+    """``learner.algorithm.gae``: settings of the ``gae`` estimator (PPO with a critic)."""
+
+    gamma: float = 1.0
+    """Discount per assistant token (env tokens are not discounted)."""
+    lam: float = 1.0
+    """GAE lambda."""
+    value_clip: float = 0.2
+    """Clip range of the critic's update around its old values (0: unclipped)."""
+    critic_lr: float = 1e-4
+    """AdamW learning rate of the critic."""
+
+
+@dataclass(frozen=True)
+class GigpoSettings:
+    """``learner.algorithm.gigpo``: settings of the ``gigpo`` estimator."""
+
+    gamma: float = 1.0
+    """Discount per turn of the step returns (GiGPO's paper uses 0.95)."""
+    step_advantage_weight: float = 1.0
+    """GiGPO's omega: weight of the step advantage added to the episode advantage."""
+    std_norm: bool = True
+    """Divide episode and step advantages by their group's std, as ``grpo.std_norm``."""
+
+
+EstimatorSettings = GrpoSettings | ReinforcePpSettings | GaeSettings | GigpoSettings
+ESTIMATOR_SETTINGS: dict[str, type] = {"grpo": GrpoSettings, "reinforce_pp": ReinforcePpSettings,
+                                       "gae": GaeSettings, "gigpo": GigpoSettings}
+"""Estimator -> its settings section (a field of ``AlgorithmConfig`` of the same name); ``rloo`` has none."""
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """Which advantage estimator and loss terms the learner uses (see learner/train_step.py).
+
+    The estimator's own settings live in the section named after it (``gae: {lam: 0.95}``); a
+    section of an estimator that is not ``advantage`` is an error, since none of its knobs would act.
+    """
+
+    advantage: Advantage = "grpo"
     """``grpo`` (group-normalized outcome), ``rloo`` (leave-one-out baseline), ``reinforce_pp``
     (REINFORCE++: returns whitened across the batch), ``gae`` (PPO with a critic; advantages
     whitened across the batch) or ``gigpo`` (GRPO plus a step advantage per turn among the
     group's turns that answered the same observation)."""
-    grpo_std_norm: bool = True
-    """Divide GRPO advantages by the group's reward std."""
-    gamma: float = 1.0
-    """Discount per assistant token (``reinforce_pp``, ``gae``; env tokens are not discounted) or
-    per turn (``gigpo``'s step returns; its paper uses 0.95)."""
-    lam: float = 1.0
-    """GAE lambda (``gae`` only)."""
-    step_advantage_weight: float = 1.0
-    """GiGPO's omega: weight of the step advantage added to the episode advantage (``gigpo``)."""
-    loss_agg: str = "token-mean"
+    grpo: GrpoSettings | None = None
+    """``grpo`` only: its settings; unset: the defaults."""
+    reinforce_pp: ReinforcePpSettings | None = None
+    """``reinforce_pp`` only: its settings; unset: the defaults."""
+    gae: GaeSettings | None = None
+    """``gae`` only: its settings; unset: the defaults."""
+    gigpo: GigpoSettings | None = None
+    """``gigpo`` only: its settings; unset: the defaults."""
+    loss_agg: LossAggregation = "token-mean"
     """``token-mean`` (every assistant token weighs the same), ``seq-mean-token-mean`` (every
     episode weighs the same) or ``seq-mean-token-sum-norm`` (token sums over batch rows times
     ``loss_norm_tokens``, Dr. GRPO's length-unbiased form)."""
@@ -82,7 +144,7 @@ class AlgorithmConfig:
     """Drop an episode whose geometric-mean ratio proximal / behavior is above this (0: no bound)."""
     kl_coef: float = 0.0
     """Weight of the KL to a frozen copy of the initial policy; > 0 loads that reference model."""
-    kl_estimator: str = "k3"
+    kl_estimator: KlEstimator = "k3"
     """As a loss term: ``k2`` (half the squared log ratio; its gradient is that of KL(pi || ref))
     or ``k3`` (low-variance ``exp(r) - 1 - r``, r = log ref - log pi; its gradient is that of
     KL(ref || pi)). ``k1`` (the log ratio) only with ``kl_in_reward``: as a loss its gradient is
@@ -92,10 +154,6 @@ class AlgorithmConfig:
     adding it to the loss; ``reinforce_pp`` and ``gae`` only."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus (subtracted from the loss)."""
-    value_clip: float = 0.2
-    """Clip range of the critic's update around its old values (``gae``; 0: unclipped)."""
-    critic_lr: float = 1e-4
-    """AdamW learning rate of the critic (``gae`` only)."""
     ppo_epochs: int = 1
     """Passes over each batch; more than one pass (or minibatch) anchors the trust region at the
     pre-update policy, computed once without gradients."""
@@ -106,9 +164,10 @@ class AlgorithmConfig:
     format costs ``format_coef / num_turns``; in [0, 1), so task success always outscores it."""
 
     def __post_init__(self) -> None:
-        _check_choice("advantage", self.advantage, ADVANTAGES)
-        _check_choice("loss_agg", self.loss_agg, LOSS_AGGREGATIONS)
-        _check_choice("kl_estimator", self.kl_estimator, KL_ESTIMATORS)
+        _check_choice("advantage", self.advantage, Advantage)
+        _check_choice("loss_agg", self.loss_agg, LossAggregation)
+        _check_choice("kl_estimator", self.kl_estimator, KlEstimator)
+        self._check_estimator_sections()
         problems = [message for failed, message in (
             (self.kl_coef > 0 and not self.kl_in_reward and self.kl_estimator not in KL_LOSS_ESTIMATORS,
              f"kl_estimator {self.kl_estimator} as a loss term does not regularise (its gradient is zero in "
@@ -122,17 +181,38 @@ class AlgorithmConfig:
             (self.kl_in_reward and self.advantage not in ("reinforce_pp", "gae"),
              "kl_in_reward needs a per-token return: advantage reinforce_pp or gae"),
             (self.kl_in_reward and not self.kl_coef > 0, "kl_in_reward needs kl_coef > 0"),
-            (not 0 < self.gamma <= 1 or not 0 <= self.lam <= 1, "need 0 < gamma <= 1 and 0 <= lam <= 1"),
+            (self.kl_coef == 0 and self.kl_estimator != "k3",
+             f"kl_estimator {self.kl_estimator} applies only with kl_coef > 0 (kl_coef is 0: no KL term)"),
             (not 0 < self.clip_eps < 1 or not self.is_cap > 0, "need 0 < clip_eps < 1 and is_cap > 0"),
-            (min(self.seq_mask_low, self.seq_mask_high, self.kl_coef, self.entropy_coef,
-                 self.value_clip) < 0, "seq_mask_*, kl_coef, entropy_coef, value_clip must be >= 0"),
+            (min(self.seq_mask_low, self.seq_mask_high, self.kl_coef, self.entropy_coef) < 0,
+             "seq_mask_*, kl_coef, entropy_coef must be >= 0"),
             (0 < self.seq_mask_high <= self.seq_mask_low, "seq_mask_high must exceed seq_mask_low"),
             (self.ppo_epochs < 1 or self.minibatches < 1, "ppo_epochs and minibatches must be >= 1"),
-            (self.step_advantage_weight < 0, "step_advantage_weight must be >= 0"),
             (not 0 <= self.format_coef < 1, "format_coef must be in [0, 1) so that task success outscores it"),
+            *_settings_problems(self.settings),
         ) if failed]
         if problems:
             raise ValueError("learner.algorithm: " + "; ".join(problems))
+
+    def _check_estimator_sections(self) -> None:
+        """Only the selected estimator's section may be set; it is kept unset when it holds only
+        defaults, so a config reads the same however it was written (and ``dataclasses.replace``
+        may switch estimators)."""
+        for name, settings_type in ESTIMATOR_SETTINGS.items():
+            section = getattr(self, name)
+            if section is not None and name != self.advantage:
+                raise ValueError(f"learner.algorithm.{name} is set, but it applies only to advantage {name}; "
+                                 f"advantage is {self.advantage}")
+            if section is not None and not isinstance(section, settings_type):
+                raise ValueError(f"learner.algorithm.{name} must be {settings_type.__name__}, got {section!r}")
+            if section == settings_type():
+                object.__setattr__(self, name, None)
+
+    @property
+    def settings(self) -> EstimatorSettings | None:
+        """The selected estimator's settings: its section, or that section's defaults (None for ``rloo``)."""
+        settings_type = ESTIMATOR_SETTINGS.get(self.advantage)
+        return None if settings_type is None else getattr(self, self.advantage) or settings_type()
 
     @property
     def clip_range(self) -> tuple[float, float]:
@@ -140,15 +220,20 @@ class AlgorithmConfig:
         return self.clip_eps_low or self.clip_eps, self.clip_eps_high or self.clip_eps
 
 
-ADVANTAGES = ("grpo", "rloo", "reinforce_pp", "gae", "gigpo")
-LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-KL_LOSS_ESTIMATORS = ("k2", "k3")
+def _settings_problems(settings: EstimatorSettings | None) -> list[tuple[bool, str]]:
+    """(failed, message) of each check of the selected estimator's settings."""
+    gamma, lam = getattr(settings, "gamma", 1.0), getattr(settings, "lam", 1.0)
+    return [
+        (not 0 < gamma <= 1 or not 0 <= lam <= 1, "need 0 < gamma <= 1 and 0 <= lam <= 1"),
+        (getattr(settings, "value_clip", 0.0) < 0, "gae.value_clip must be >= 0"),
+        (getattr(settings, "step_advantage_weight", 0.0) < 0, "step_advantage_weight must be >= 0"),
+    ]
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"learner.algorithm.{name} must be one of {', '.join(choices)}; got {value!r}")
+def _check_choice(name: str, value: str, choices: Any) -> None:
+    if value not in typing.get_args(choices):
+        raise ValueError(f"learner.algorithm.{name} must be one of {', '.join(typing.get_args(choices))}; "
+                         f"got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -179,7 +264,7 @@ class LearnerConfig:
     """Gradient accumulation: each optimizer step runs a rank's rows in micro-batches of at most
     this many padded tokens (rows x longest row; a longer row goes alone); 0: all rows at once.
     The update is the same either way."""
-    reduce_gradients: str = "once_per_step"
+    reduce_gradients: ReduceGradients = "once_per_step"
     """With several micro-batches: ``once_per_step`` reduce-scatters the gradients after the last
     only (one reduction per optimizer step; in between each rank holds the unsharded gradients, the
     model's size); ``every_micro_batch`` after each (only gradient shards are held): the choice when
@@ -241,7 +326,7 @@ class LearnerConfig:
             raise ValueError(f"learner.logprob_chunk_tokens must be >= 0 (0: off); got {self.logprob_chunk_tokens}")
         if self.micro_batch_tokens < 0:
             raise ValueError(f"learner.micro_batch_tokens must be >= 0 (0: off); got {self.micro_batch_tokens}")
-        if self.reduce_gradients not in ("once_per_step", "every_micro_batch"):
+        if self.reduce_gradients not in typing.get_args(ReduceGradients):
             raise ValueError("learner.reduce_gradients must be once_per_step or every_micro_batch; got "
                              f"{self.reduce_gradients!r}")
         if self.max_group_reissues < 0:

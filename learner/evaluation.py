@@ -35,14 +35,14 @@ import numpy as np
 
 from common.config import Config
 from common.protocol import Trajectory
-from envhub.registry import task_ids
 from learner.head import Group
 from learner.rollout_metrics import episode_summary
+from learner.task_lists import TaskListRefused
 
 log = logging.getLogger(__name__)
 
 
-class EvalScheduler(Protocol):
+class EvalLeaseIssuer(Protocol):
     """What a round needs from the head (``HeadServer.schedule_eval``)."""
 
     def schedule_eval(self, tasks: list[tuple[str, str]], group_size: int) -> list[str]: ...
@@ -59,17 +59,9 @@ def eval_task_subset(tasks: list[str], count: int) -> list[str]:
     return [tasks[i * len(tasks) // count] for i in range(count)]
 
 
-def held_out_tasks(envs: list[str], split: str, per_env: int,
-                   env_options: dict[str, dict]) -> dict[str, list[str]]:
-    """The fixed eval subset of every env; a clear error for an env without ``split``."""
-    out = {}
-    for env_id in envs:
-        try:
-            out[env_id] = eval_task_subset(task_ids(env_id, split, **env_options.get(env_id, {})), per_env)
-        except KeyError as exc:
-            raise ValueError(f"learner.eval_every > 0 needs split {split!r} in every env of rollout.envs; "
-                             f"{exc.args[0]} (set learner.eval_split)") from None
-    return out
+def held_out_tasks(env_tasks: dict[str, list[str]], per_env: int) -> dict[str, list[str]]:
+    """The fixed eval subset of every env, from each env's eval split."""
+    return {env_id: eval_task_subset(tasks, per_env) for env_id, tasks in env_tasks.items()}
 
 
 def pass_at_n(groups: list[list[Trajectory]]) -> float:
@@ -134,7 +126,7 @@ class EvalRounds:
     def due(self, step: int) -> bool:
         return self.every_steps > 0 and step % self.every_steps == 0 and step < self.max_steps
 
-    def maybe_start(self, step: int, head: EvalScheduler) -> bool:
+    def maybe_start(self, step: int, head: EvalLeaseIssuer) -> bool:
         """Schedule a round at ``step`` if one is due and none is in flight; True if started."""
         if not self.due(step):
             return False
@@ -155,7 +147,7 @@ class EvalRounds:
         """The step of the round in flight, None when none is."""
         return None if self._round is None else self._round.step
 
-    def start(self, step: int, head: EvalScheduler) -> None:
+    def start(self, step: int, head: EvalLeaseIssuer) -> None:
         """Schedule a round at ``step`` now (the final round: ``learner.eval_at_end``)."""
         assert self._round is None, "one round at a time"
         group_ids = head.schedule_eval(self.tasks, self.samples)
@@ -182,13 +174,19 @@ class EvalRounds:
         return [(done.step, scalars)]
 
 
-def build_eval_rounds(cfg: Config) -> EvalRounds | None:
-    """The run's validation, or None when ``learner.eval_every`` is 0."""
+def build_eval_rounds(cfg: Config, tasks_of_split: Callable[[str], dict[str, list[str]]]) -> EvalRounds | None:
+    """The run's validation, or None when ``learner.eval_every`` is 0. ``tasks_of_split(split)`` lists
+    the tasks of that split of every env of ``rollout.envs`` (envhub's lists: ``learner/task_lists.py``)."""
     lc = cfg.learner
     if not lc.eval_every and not lc.eval_at_end and not lc.eval_at_start:
         return None
     if lc.eval_samples > cfg.actors.max_concurrent_episodes:
         raise ValueError(f"learner.eval_samples ({lc.eval_samples}) must not exceed "
                          f"actors.max_concurrent_episodes ({cfg.actors.max_concurrent_episodes})")
-    tasks = held_out_tasks(cfg.rollout.envs, lc.eval_split, lc.eval_tasks_per_env, cfg.envhub.env_options)
+    try:
+        split_tasks = tasks_of_split(lc.eval_split)
+    except TaskListRefused as exc:
+        raise ValueError(f"learner.eval_every > 0 needs split {lc.eval_split!r} in every env of rollout.envs; "
+                         f"{exc} (set learner.eval_split)") from None
+    tasks = held_out_tasks(split_tasks, lc.eval_tasks_per_env)
     return EvalRounds(tasks, lc.eval_samples, lc.eval_every, cfg.run.max_steps)  # every 0: the final round only

@@ -17,7 +17,7 @@ import torch
 
 from common.config import Config
 from common.models import resolve_model
-from learner.checkpoint import latest_complete
+from common.run_folder import latest_complete
 from learner.distributed import Command, broadcast_batch, broadcast_command
 from learner.model import init_process_group, use_deterministic_algorithms
 from learner.policy import ShardedPolicy

@@ -36,6 +36,7 @@ from common.recording import Recorder
 from common.transport import Inbox, bind_random, channel_guard, configure
 from common.wire_checks import sampled_mask
 from learner.sampler import LedgerError, TaskSampler
+from learner.service_metrics import actor_scalars
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,20 @@ class HeadServer:
     @property
     def exhausted_is_final(self) -> bool:
         return False  # live actors: no group yet just means wait
+
+    @property
+    def max_policy_lag(self) -> int:
+        """The staleness bound the sampler admits under; the loop masks tokens past it."""
+        return self.sampler.max_policy_lag
+
+    def scalars(self) -> dict[str, float]:
+        """``async/`` scalars of the leases and ingest, and the actors' own stats."""
+        ledger = self.ledger()
+        return {"async/queue_groups": self.groups.qsize(), "async/leases_outstanding": ledger.get("outstanding", 0),
+                "async/episodes_discarded_late": ledger.get("episodes_discarded_late", 0),
+                "async/groups_abandoned": ledger.get("abandoned", 0),
+                "async/rejected_messages": ledger.get("rejected_messages", 0),
+                **actor_scalars(dict(self.actor_stats))}
 
     def state_dict(self) -> dict:
         with self._lock:

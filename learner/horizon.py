@@ -34,11 +34,11 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import Any
+from typing import Any, get_args
 
-from learner.config import HorizonConfig
+from learner.config import HorizonConfig, HorizonKind
 
-KINDS = ("fixed", "stepwise", "adaptive")
+KINDS = get_args(HorizonKind)
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,12 @@ documents how per-token terms become one scalar.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
+
+from learner.config import KlEstimator, LossAggregation
 
 
 def _shift_to_tokens(per_position: torch.Tensor) -> torch.Tensor:
@@ -93,10 +97,8 @@ def _masked_max(x: torch.Tensor, keep: torch.Tensor) -> float:
     return float(x[keep].max()) if bool(keep.any()) else 0.0
 
 
-LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-
-
-def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm_tokens: int = 0) -> torch.Tensor:
+def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: LossAggregation,
+                   norm_tokens: int = 0) -> torch.Tensor:
     """Reduce a [B, T] per-token loss to a scalar over positions where ``mask`` is nonzero.
 
     - ``token-mean``: sum over all kept tokens / their count; long episodes weigh by length.
@@ -113,7 +115,7 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm_
     return numerator / denominator.clamp(min=1)
 
 
-def aggregate_parts(per_token: torch.Tensor, mask: torch.Tensor, mode: str,
+def aggregate_parts(per_token: torch.Tensor, mask: torch.Tensor, mode: LossAggregation,
                     norm_tokens: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``aggregate_loss`` as (numerator, denominator); both are sums over rows.
 
@@ -125,20 +127,37 @@ def aggregate_parts(per_token: torch.Tensor, mask: torch.Tensor, mode: str,
         raise ValueError(
             f"per_token and mask must both be [B, T]; got {tuple(per_token.shape)} and {tuple(mask.shape)}"
         )
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"loss aggregation must be one of {', '.join(AGGREGATIONS)}; got {mode!r}")
     keep = mask.bool()
-    kept = torch.where(keep, per_token, torch.zeros_like(per_token))
-    if mode == "token-mean":
-        return kept.sum(), keep.sum().to(kept.dtype)
-    if mode == "seq-mean-token-mean":
-        tokens = keep.sum(dim=1)
-        return (kept.sum(dim=1) / tokens.clamp(min=1)).sum(), (tokens > 0).sum().to(kept.dtype)
-    if mode == "seq-mean-token-sum-norm":
-        if norm_tokens <= 0:
-            raise ValueError("seq-mean-token-sum-norm divides by rows x norm_tokens (learner.algorithm."
-                             f"loss_norm_tokens); need norm_tokens > 0, got {norm_tokens}")
-        rows = float(per_token.shape[0] * norm_tokens)
-        return kept.sum(), torch.tensor(rows, dtype=kept.dtype, device=kept.device)
-    raise ValueError(f"loss aggregation must be one of {', '.join(LOSS_AGGREGATIONS)}; got {mode!r}")
+    return AGGREGATIONS[mode](torch.where(keep, per_token, torch.zeros_like(per_token)), keep, norm_tokens)
+
+
+def _token_mean(kept: torch.Tensor, keep: torch.Tensor, norm_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return kept.sum(), keep.sum().to(kept.dtype)
+
+
+def _seq_mean_token_mean(kept: torch.Tensor, keep: torch.Tensor,
+                         norm_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = keep.sum(dim=1)
+    return (kept.sum(dim=1) / tokens.clamp(min=1)).sum(), (tokens > 0).sum().to(kept.dtype)
+
+
+def _seq_mean_token_sum_norm(kept: torch.Tensor, keep: torch.Tensor,
+                             norm_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    if norm_tokens <= 0:
+        raise ValueError("seq-mean-token-sum-norm divides by rows x norm_tokens (learner.algorithm."
+                         f"loss_norm_tokens); need norm_tokens > 0, got {norm_tokens}")
+    rows = float(kept.shape[0] * norm_tokens)
+    return kept.sum(), torch.tensor(rows, dtype=kept.dtype, device=kept.device)
+
+
+AGGREGATIONS: dict[LossAggregation, Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]] = {
+    "token-mean": _token_mean,
+    "seq-mean-token-mean": _seq_mean_token_mean,
+    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
+}
+"""``learner.algorithm.loss_agg`` -> ``(kept per-token loss, keep mask, norm_tokens) -> (numerator, denominator)``."""
 
 
 def _check_same_shape(reference: torch.Tensor, **others: torch.Tensor) -> None:
@@ -155,7 +174,7 @@ def ppo_clip_loss(
     mask: torch.Tensor,
     clip_eps: float,
     is_cap: float,
-    loss_agg: str = "token-mean",
+    loss_agg: LossAggregation = "token-mean",
     clip_eps_high: float | None = None,
     dual_clip_c: float | None = None,
     norm_tokens: int = 0,
@@ -271,14 +290,11 @@ def sequence_keep_mask(
     return keep, stats
 
 
-KL_ESTIMATORS = ("k1", "k2", "k3")
-KL_LOSS_ESTIMATORS = ("k2", "k3")
-"""Estimators whose gradient as a loss term regularises toward the reference (k1's does not)."""
 _MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: keeps k3 finite when the policy drifted far from the reference
 
 
 def kl_to_reference(
-    logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor, estimator: str
+    logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor, estimator: KlEstimator
 ) -> torch.Tensor:
     """Per-token KL estimate between pi = pi_theta and pi_ref at the sampled tokens -> [B, T], 0 off mask.
 
@@ -304,17 +320,29 @@ def kl_to_reference(
       seeks its modes. r is clamped to +-20, which stops the gradient of a token that far off.
     """
     _check_same_shape(logprobs, reference_logprobs=reference_logprobs, mask=mask)
+    if estimator not in KL_ESTIMATES:
+        raise ValueError(f"kl estimator must be one of {', '.join(KL_ESTIMATES)}; got {estimator!r}")
     keep = mask.bool()
-    zero = torch.zeros_like(logprobs)
-    log_ratio = torch.where(keep, logprobs - reference_logprobs.detach(), zero)
-    if estimator == "k1":
-        return log_ratio
-    if estimator == "k2":
-        return 0.5 * log_ratio.square()
-    if estimator == "k3":
-        log_q = (-log_ratio).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
-        return torch.where(keep, torch.expm1(log_q) - log_q, zero)
-    raise ValueError(f"kl estimator must be one of {', '.join(KL_ESTIMATORS)}; got {estimator!r}")
+    log_ratio = torch.where(keep, logprobs - reference_logprobs.detach(), torch.zeros_like(logprobs))
+    return KL_ESTIMATES[estimator](log_ratio, keep)
+
+
+def _k1(log_ratio: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    return log_ratio
+
+
+def _k2(log_ratio: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    return 0.5 * log_ratio.square()
+
+
+def _k3(log_ratio: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    log_q = (-log_ratio).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return torch.where(keep, torch.expm1(log_q) - log_q, torch.zeros_like(log_ratio))
+
+
+KL_ESTIMATES: dict[KlEstimator, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "k1": _k1, "k2": _k2, "k3": _k3}
+"""``learner.algorithm.kl_estimator`` -> ``(log pi - log ref, 0 off the mask; keep mask) -> [B, T] estimate``."""
 
 
 def value_loss(
@@ -323,7 +351,7 @@ def value_loss(
     returns: torch.Tensor,
     mask: torch.Tensor,
     clip_eps: float,
-    loss_agg: str = "token-mean",
+    loss_agg: LossAggregation = "token-mean",
     norm_tokens: int = 0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped critic loss ``0.5 * max((v - R)^2, (v_old + clip(v - v_old, +-eps) - R)^2)``.

@@ -52,7 +52,10 @@ def _lease_of(episode: Trajectory) -> TaskLease:
 
 
 class ReplaySource:
-    """The learner's data source in replay mode; same calls as the live ``HeadServer``."""
+    """The learner's data source in replay mode (``learner/data_source.py``): no leases, no actors,
+    and the recorded tokens train as they are."""
+
+    max_policy_lag = None
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -77,8 +80,20 @@ class ReplaySource:
     def consume(self, n_groups: int) -> None:
         self.counters["consumed"] += n_groups
 
+    def check_alive(self) -> None:
+        pass  # a recording cannot die; its end is ``get`` returning None
+
     def set_policy(self, version: int, turn_cap: int) -> None:
         pass  # nothing samples tasks in replay
+
+    def expect_version(self, version: int) -> None:
+        pass  # no episode is made under the learner's weights
+
+    def has_join_requests(self) -> bool:
+        return False
+
+    def scalars(self) -> dict[str, float]:
+        return {}
 
     def ledger(self) -> dict[str, int]:
         return {"replayed_groups": self.cursor, **self.counters}

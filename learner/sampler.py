@@ -24,7 +24,8 @@ can be classified (late / duplicate) from the id without remembering every lease
 Eval groups (validation rounds, ``learner/evaluation.py``) are scheduled by the learner, not drawn:
 ``group_id = f"e{index}"``, leases with ``purpose="eval"``. They are issued ahead of new draws and
 outside the staleness admission (they are never trained on), expire and re-issue like training
-groups, and have their own ``eval_*`` counters and invariants. They are not checkpointed: a
+groups (one lifecycle, ``learner/lease_book.py``, one book each; an eval group is never abandoned),
+and have their own ``eval_*`` counters and invariants. They are not checkpointed: a
 restore drops the eval groups in flight (the learner starts a fresh round when one is due).
 """
 
@@ -36,10 +37,10 @@ import random
 import re
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from common.protocol import LeasePurpose, TaskLease
+from learner.lease_book import LeaseBook, LeasedGroup, LedgerNames
 
 STATE_FORMAT = 1
 _LEASE_ID = re.compile(r"g(\d+)-r(\d+)")
@@ -52,22 +53,6 @@ _COUNTERS = ("drawn", "issued", "reissued", "completed", "expired", "late", "dup
 
 class LedgerError(RuntimeError):
     """A sampler invariant is broken: a lease or group was lost or counted twice."""
-
-
-@dataclass
-class _Group:
-    """A drawn task that has not completed yet."""
-
-    group_id: str
-    env_id: str
-    task_id: str
-    seed: int
-    attempt: int
-    """Attempt number of the latest lease issued for this group (0 for the first)."""
-    lease_id: str | None
-    """The live lease, or None while the group waits to be re-issued."""
-    group_size: int = 0
-    """Episodes per lease; 0 means the sampler's ``group_size`` (eval groups set their own)."""
 
 
 def _stable_seed(*parts: object) -> int:
@@ -107,76 +92,14 @@ class _TaskCursor:
         return hashlib.sha256("\n".join(self.task_ids).encode()).hexdigest()[:16]
 
 
-class _EvalLeases:
-    """The sampler's eval groups: scheduled, leased, expired and re-issued, completed."""
+TRAIN_LEDGER = LedgerNames("lease", added="drawn", issued="issued", reissued="reissued", completed="completed",
+                           expired="expired", abandoned="abandoned")
+EVAL_LEDGER = LedgerNames("eval lease", added="eval_scheduled", issued="eval_issued", reissued="eval_reissued",
+                          completed="eval_completed", expired="eval_expired")
 
-    def __init__(self) -> None:
-        self.counts = dict.fromkeys(_EVAL_COUNTERS, 0)
-        self.groups: dict[str, _Group] = {}  # scheduled, not completed
-        self.leases: dict[str, TaskLease] = {}  # outstanding
-        self.new: deque[str] = deque()  # scheduled, never leased
-        self.reissue: deque[str] = deque()  # lease expired, awaiting re-issue
 
-    def schedule(self, tasks: list[tuple[str, str]], group_size: int) -> list[str]:
-        ids = []
-        for env_id, task_id in tasks:
-            group_id = f"e{self.counts['eval_scheduled']}"
-            # One fixed env seed per task: every round replays the same held-out episodes' starts.
-            self.groups[group_id] = _Group(group_id, env_id, task_id, _stable_seed("eval", env_id, task_id),
-                                           attempt=0, lease_id=None, group_size=group_size)
-            self.new.append(group_id)
-            self.counts["eval_scheduled"] += 1
-            ids.append(group_id)
-        return ids
-
-    def next_group(self) -> _Group | None:
-        """The group to lease next: a re-issue first, then a never-leased one."""
-        if self.reissue:
-            group = self.groups[self.reissue.popleft()]
-            group.attempt += 1
-            self.counts["eval_reissued"] += 1
-            return group
-        return self.groups[self.new.popleft()] if self.new else None
-
-    def register(self, lease: TaskLease) -> None:
-        self.leases[lease.lease_id] = lease
-        self.counts["eval_issued"] += 1
-
-    def expire(self, lease_id: str) -> bool:
-        lease = self.leases.pop(lease_id, None)
-        if lease is None:
-            return False
-        self.groups[lease.group_id].lease_id = None
-        self.reissue.append(lease.group_id)
-        self.counts["eval_expired"] += 1
-        return True
-
-    def complete(self, lease_id: str) -> bool:
-        lease = self.leases.pop(lease_id, None)
-        if lease is None:  # expired (its group re-issued), completed already, or unknown
-            self.counts["eval_discarded"] += 1
-            return False
-        del self.groups[lease.group_id]
-        self.counts["eval_completed"] += 1
-        return True
-
-    def ledger(self) -> dict[str, int]:
-        return {**self.counts, "eval_outstanding": len(self.leases), "eval_pending": len(self.new),
-                "eval_awaiting_reissue": len(self.reissue)}
-
-    def broken_invariants(self) -> list[str]:
-        c = self.ledger()
-        checks = {
-            "every eval lease is a first lease or a re-issue":
-                c["eval_issued"] == c["eval_scheduled"] - c["eval_pending"] + c["eval_reissued"],
-            "every eval lease completed, expired or outstanding":
-                c["eval_issued"] == c["eval_completed"] + c["eval_expired"] + c["eval_outstanding"],
-            "every eval group completed or still owed": c["eval_scheduled"] == c["eval_completed"]
-                + c["eval_outstanding"] + c["eval_awaiting_reissue"] + c["eval_pending"],
-            "every eval expiry re-issued or queued":
-                c["eval_expired"] == c["eval_reissued"] + c["eval_awaiting_reissue"],
-        }
-        return [name for name, ok in checks.items() if not ok]
+def _eval_book() -> LeaseBook:
+    return LeaseBook(EVAL_LEDGER, dict.fromkeys(_EVAL_COUNTERS, 0))
 
 
 def _is_eval_lease_id(lease_id: object) -> bool:
@@ -213,13 +136,10 @@ class TaskSampler:
         self._cursors = {env: _TaskCursor(env, tasks, seed) for env, tasks in env_tasks.items()}
         self.version = 0
         self.turn_cap: int | None = None
-        self._counts = dict.fromkeys(_COUNTERS, 0)
-        self._groups: dict[str, _Group] = {}  # not yet completed
-        self._leases: dict[str, TaskLease] = {}  # outstanding: issued, not expired, not completed
-        self._reissue: deque[str] = deque()  # group ids whose lease expired, oldest first
+        self._train = LeaseBook(TRAIN_LEDGER, dict.fromkeys(_COUNTERS, 0))
         self._final_attempt: dict[int, int] = {}  # draw -> completing attempt when > 0; abandoned: attempts + 1
         self._released_ids: set[str] = set()
-        self._eval = _EvalLeases()
+        self._eval = _eval_book()
 
     # ------------------------------------------------------------------ driven by the head
 
@@ -231,7 +151,14 @@ class TaskSampler:
         unknown = sorted({env for env, _ in tasks} - set(self.env_ids))
         if unknown or group_size < 1:
             raise ValueError(f"schedule_eval: envs {unknown} not sampled here, or group_size {group_size} < 1")
-        return self._eval.schedule(tasks, group_size)
+        ids = []
+        for env_id, task_id in tasks:
+            group_id = f"e{self._eval.counts['eval_scheduled']}"
+            # One fixed env seed per task: every round replays the same held-out episodes' starts.
+            self._eval.add(LeasedGroup(group_id, env_id, task_id, _stable_seed("eval", env_id, task_id), attempt=0,
+                                       lease_id=None, group_size=group_size), pending=True)
+            ids.append(group_id)
+        return ids
 
     def set_version(self, version: int) -> None:
         """The policy version leases are stamped with; never decreases."""
@@ -253,7 +180,7 @@ class TaskSampler:
     def admitted(self) -> int:
         """Groups holding an admission slot: completed and not released, or still owed."""
         c = self._counts
-        return c["completed"] - c["released"] + len(self._leases) + len(self._reissue)
+        return c["completed"] - c["released"] + len(self._train.leases) + len(self._train.reissue)
 
     def admissible(self) -> bool:
         """Whether one more new group fits under the staleness bound."""
@@ -271,46 +198,42 @@ class TaskSampler:
             raise RuntimeError("set_turn_cap must be called before the first lease is issued")
         now = self.clock() if now is None else now
         self.expire_overdue(now)
-        if self._reissue:
-            group = self._groups[self._reissue.popleft()]
-            group.attempt += 1
-            self._counts["reissued"] += 1
-            return self._lease(group, now)
+        reissue = self._train.next_group()  # training groups are drawn when leased: only re-issues wait
+        if reissue is not None:
+            return self._lease(self._train, reissue, now)
         eval_group = self._eval.next_group()
         if eval_group is not None:
-            return self._lease(eval_group, now, purpose="eval")
+            return self._lease(self._eval, eval_group, now, purpose="eval")
         if not self.admissible():
             return None
-        return self._lease(self._draw(), now)
+        return self._lease(self._train, self._draw(), now)
 
     def expire_overdue(self, now: float | None = None) -> int:
         """Move leases whose deadline has come (``now >= deadline``) to the re-issue queue."""
         now = self.clock() if now is None else now
         overdue = sorted((lease.deadline_unix_s, lease.lease_id)
-                         for lease in [*self._leases.values(), *self._eval.leases.values()]
-                         if now >= lease.deadline_unix_s)
+                         for lease in [*self._train.overdue(now), *self._eval.overdue(now)])
         return self.expire([lease_id for _, lease_id in overdue])
 
     def expire(self, lease_ids: list[str]) -> int:
         """Expire these outstanding leases now (their actor died): their groups are re-issued, or
         abandoned once re-issued ``max_group_reissues`` times."""
-        expired = eval_expired = 0
+        expired = 0
         for lease_id in lease_ids:
-            if self._eval.expire(lease_id):
-                eval_expired += 1
+            eval_group = self._eval.expire(lease_id)
+            if eval_group is not None:
+                self._eval.requeue(eval_group)  # an eval group is re-issued until it completes
+                expired += 1
                 continue
-            lease = self._leases.pop(lease_id, None)
-            if lease is None:
+            group = self._train.expire(lease_id)
+            if group is None:
                 continue  # completed or expired already
-            group = self._groups[lease.group_id]
-            group.lease_id = None
             if group.attempt >= self.max_group_reissues:
                 self._abandon(group)
             else:
-                self._reissue.append(lease.group_id)
+                self._train.requeue(group)
             expired += 1
-        self._counts["expired"] += expired
-        return expired + eval_expired
+        return expired
 
     def complete(self, lease_id: str) -> bool:
         """Record a returned lease. True exactly once per outstanding lease; False otherwise.
@@ -320,21 +243,22 @@ class TaskSampler:
         Eval leases count as ``eval_completed`` or ``eval_discarded`` instead.
         """
         if _is_eval_lease_id(lease_id):
-            return self._eval.complete(lease_id)
-        lease = self._leases.pop(lease_id, None)
-        if lease is None:
+            if self._eval.complete(lease_id) is None:  # expired (its group re-issued), completed already, or unknown
+                self._eval.counts["eval_discarded"] += 1
+                return False
+            return True
+        group = self._train.complete(lease_id)
+        if group is None:
             self._counts[self._classify_rejected(lease_id)] += 1
             return False
-        group = self._groups.pop(lease.group_id)
         if group.attempt:
             self._final_attempt[_parse_lease_id(lease_id)[0]] = group.attempt
-        self._counts["completed"] += 1
         return True
 
     def release(self, group_id: str) -> None:
         """The learner dropped a completed group untrained: free its admission slot."""
         draw = _parse_group_id(group_id)
-        if draw is None or draw >= self._counts["drawn"] or group_id in self._groups:
+        if draw is None or draw >= self._counts["drawn"] or group_id in self._train.groups:
             raise LedgerError(f"release of {group_id!r}: not a completed group")
         if group_id in self._released_ids:
             raise LedgerError(f"release of {group_id!r}: already released")
@@ -351,7 +275,7 @@ class TaskSampler:
 
     def outstanding(self) -> list[TaskLease]:
         """Leases issued and neither expired nor completed, oldest deadline first."""
-        return sorted(self._leases.values(), key=lambda lease: (lease.deadline_unix_s, lease.lease_id))
+        return sorted(self._train.leases.values(), key=lambda lease: (lease.deadline_unix_s, lease.lease_id))
 
     def buffered(self) -> int:
         """Completed groups neither consumed nor released (waiting in the learner's buffer)."""
@@ -363,8 +287,8 @@ class TaskSampler:
     def ledger(self) -> dict[str, int]:
         """All counters, plus the current ``outstanding``, ``awaiting_reissue``, ``buffered``;
         the ``eval_*`` ones once an eval group was scheduled."""
-        evals = self._eval.ledger() if self._eval.counts["eval_scheduled"] else {}
-        return {**self._counts, "outstanding": len(self._leases), "awaiting_reissue": len(self._reissue),
+        evals = self._eval_ledger() if self._eval.counts["eval_scheduled"] else {}
+        return {**self._counts, "outstanding": len(self._train.leases), "awaiting_reissue": len(self._train.reissue),
                 "buffered": self.buffered(), "admitted": self.admitted(), **evals}
 
     def check_ledger(self, within_bound: bool = True) -> None:
@@ -374,21 +298,12 @@ class TaskSampler:
         smaller ``groups_per_step`` or ``max_policy_lag`` may legitimately exceed for a while.
         """
         c = self.ledger()
-        live = sum(g.lease_id is not None for g in self._groups.values())
         checks = {
-            "every lease is a draw or a re-issue": c["issued"] == c["drawn"] + c["reissued"],
-            "every lease completed, expired or outstanding":
-                c["issued"] == c["completed"] + c["expired"] + c["outstanding"],
-            "every draw completed, abandoned or still owed":
-                c["drawn"] == c["completed"] + c["abandoned"] + c["outstanding"] + c["awaiting_reissue"],
-            "every expiry re-issued, queued or abandoned":
-                c["expired"] == c["reissued"] + c["awaiting_reissue"] + c["abandoned"],
             "completed groups consumed, released or buffered": c["buffered"] >= 0,
-            "uncompleted groups match live leases and queue":
-                live == c["outstanding"] and len(self._groups) - live == c["awaiting_reissue"],
             "admitted within the staleness bound": not within_bound or c["admitted"] <= self.admission_bound(),
         }
-        broken = [name for name, ok in checks.items() if not ok] + self._eval.broken_invariants()
+        broken = [*self._train.broken_invariants(), *(name for name, ok in checks.items() if not ok),
+                  *self._eval.broken_invariants()]
         if broken:
             raise LedgerError(f"ledger invariant broken: {broken[0]}; ledger={c}")
 
@@ -404,9 +319,9 @@ class TaskSampler:
             "counts": dict(self._counts),
             "cursors": {env: {"epoch": cur.epoch, "position": cur.position, "tasks": cur.fingerprint()}
                         for env, cur in self._cursors.items()},
-            "groups": [dataclasses.asdict(g) for g in self._groups.values()],
-            "leases": [dataclasses.asdict(lease) for lease in self._leases.values()],
-            "reissue": list(self._reissue),
+            "groups": [dataclasses.asdict(g) for g in self._train.groups.values()],
+            "leases": [dataclasses.asdict(lease) for lease in self._train.leases.values()],
+            "reissue": list(self._train.reissue),
             "final_attempt": [[draw, attempt] for draw, attempt in self._final_attempt.items()],
             "released_ids": sorted(self._released_ids),
         }
@@ -423,13 +338,14 @@ class TaskSampler:
         for env, cursor in self._cursors.items():
             cursor.seek(state["cursors"][env]["epoch"], state["cursors"][env]["position"])
         self.version, self.turn_cap = state["version"], state["turn_cap"]
-        self._counts = {name: int(state["counts"].get(name, 0)) for name in _COUNTERS}  # older: no "abandoned"
-        self._groups = {g["group_id"]: _Group(**g) for g in state["groups"]}
-        self._leases = {lease["lease_id"]: TaskLease(**lease) for lease in state["leases"]}
-        self._reissue = deque(state["reissue"])
+        # older states have no "abandoned"
+        self._train = LeaseBook(TRAIN_LEDGER, {name: int(state["counts"].get(name, 0)) for name in _COUNTERS})
+        self._train.groups = {g["group_id"]: LeasedGroup(**g) for g in state["groups"]}
+        self._train.leases = {lease["lease_id"]: TaskLease(**lease) for lease in state["leases"]}
+        self._train.reissue = deque(state["reissue"])
         self._final_attempt = {int(draw): int(attempt) for draw, attempt in state["final_attempt"]}
         self._released_ids = set(state["released_ids"])
-        self._eval = _EvalLeases()  # eval rounds are not checkpointed
+        self._eval = _eval_book()  # eval rounds are not checkpointed
         if not keep_buffered:
             lost = self.buffered()
             self._counts["released"] += lost
@@ -438,23 +354,30 @@ class TaskSampler:
 
     # ------------------------------------------------------------------ internals
 
-    def _abandon(self, group: _Group) -> None:
+    @property
+    def _counts(self) -> dict[str, int]:
+        """The training ledger's counters (kept by its lease book)."""
+        return self._train.counts
+
+    def _eval_ledger(self) -> dict[str, int]:
+        return {**self._eval.counts, "eval_outstanding": len(self._eval.leases),
+                "eval_pending": len(self._eval.pending), "eval_awaiting_reissue": len(self._eval.reissue)}
+
+    def _abandon(self, group: LeasedGroup) -> None:
         """Drop a group that expired after its last allowed re-issue; its admission slot is freed."""
-        del self._groups[group.group_id]
+        self._train.abandon(group)
         # Every attempt of it that comes back after all is late (``_classify_rejected``).
         self._final_attempt[_parse_group_id(group.group_id)] = group.attempt + 1
-        self._counts["abandoned"] += 1
 
-    def _draw(self) -> _Group:
+    def _draw(self) -> LeasedGroup:
         draw = self._counts["drawn"]
         env_id = self.env_ids[draw % len(self.env_ids)]
-        group = _Group(group_id=f"g{draw}", env_id=env_id, task_id=self._cursors[env_id].next_task(),
-                       seed=_stable_seed(self.seed, "draw", draw), attempt=0, lease_id=None)
-        self._groups[group.group_id] = group
-        self._counts["drawn"] += 1
+        group = LeasedGroup(group_id=f"g{draw}", env_id=env_id, task_id=self._cursors[env_id].next_task(),
+                            seed=_stable_seed(self.seed, "draw", draw), attempt=0, lease_id=None)
+        self._train.add(group)
         return group
 
-    def _lease(self, group: _Group, now: float, purpose: LeasePurpose = "train") -> TaskLease:
+    def _lease(self, book: LeaseBook, group: LeasedGroup, now: float, purpose: LeasePurpose = "train") -> TaskLease:
         assert self.turn_cap is not None
         lease = TaskLease(
             lease_id=f"{group.group_id}-r{group.attempt}", group_id=group.group_id, env_id=group.env_id,
@@ -463,12 +386,7 @@ class TaskSampler:
             max_episode_tokens=self.max_episode_tokens, policy_version=self.version,
             deadline_unix_s=now + self.lease_timeout_s, purpose=purpose,
         )
-        group.lease_id = lease.lease_id
-        if purpose == "eval":
-            self._eval.register(lease)
-        else:
-            self._leases[lease.lease_id] = lease
-            self._counts["issued"] += 1
+        book.issued(group, lease)
         return lease
 
     def _classify_rejected(self, lease_id: str) -> str:
@@ -477,7 +395,7 @@ class TaskSampler:
         if parsed is None or parsed[0] >= self._counts["drawn"]:
             return "duplicate"
         draw, attempt = parsed
-        group = self._groups.get(f"g{draw}")
+        group = self._train.groups.get(f"g{draw}")
         if group is not None:  # not completed: every issued attempt of it that is not live expired
             return "late" if attempt <= group.attempt else "duplicate"
         final = self._final_attempt.get(draw, 0)

@@ -32,5 +32,6 @@ def format_shaped_rewards(episode: Trajectory, format_coef: float) -> tuple[floa
     if episode.num_turns == 0:
         return episode.reward, episode.turn_rewards
     penalties = format_coef * (1 - parsed.astype(np.float32)) / episode.num_turns
-    turn_rewards = episode.turn_rewards - penalties if len(episode.turn_rewards) == len(penalties) else episode.turn_rewards
+    per_turn = len(episode.turn_rewards) == len(penalties)
+    turn_rewards = episode.turn_rewards - penalties if per_turn else episode.turn_rewards
     return float(episode.reward - penalties.sum()), turn_rewards.astype(np.float32)

@@ -43,18 +43,12 @@ import torch
 import torch.distributed as dist
 
 from learner.advantages import (
-    gae_advantages,
-    gigpo_advantages,
-    grpo_advantages,
+    ADVANTAGE_ESTIMATORS,
+    AdvantageInputs,
     kl_penalized,
     outcome_token_rewards,
-    reinforce_pp_advantages,
-    rloo_advantages,
-    sequence_to_token_advantages,
-    turn_returns,
     turn_rewards_summing_to,
     turn_token_rewards,
-    whiten,
 )
 from learner.batching import Batch
 from learner.config import LearnerConfig
@@ -107,8 +101,8 @@ class Trainer:
         if sum_norm and self.norm_tokens <= 0:
             raise ValueError("loss_agg seq-mean-token-sum-norm needs learner.algorithm.loss_norm_tokens > 0 "
                              "or the run's rollout.max_episode_tokens (Trainer.build's max_episode_tokens)")
-        if (alg.advantage == "gae") != (critic is not None):
-            raise ValueError("a critic is needed exactly when learner.algorithm.advantage is gae; "
+        if ADVANTAGE_ESTIMATORS[alg.advantage].critic != (critic is not None):
+            raise ValueError("a critic is needed exactly when learner.algorithm.advantage reads one (gae); "
                              "Trainer.build creates it")
         if (alg.kl_coef > 0) != (reference is not None):
             raise ValueError("a reference model is needed exactly when learner.algorithm.kl_coef > 0; "
@@ -133,8 +127,8 @@ class Trainer:
         memory = dict(mixed_precision=cfg.mixed_precision, activation_checkpointing=cfg.activation_checkpointing)
         policy = load_sharded_model(model_path, dtype, **memory)
         optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        critic = (Critic.build(model_path, dtype, alg.critic_lr, cfg.weight_decay, **memory)
-                  if alg.advantage == "gae" else None)
+        critic = (Critic.build(model_path, dtype, alg.settings.critic_lr, cfg.weight_decay, **memory)
+                  if ADVANTAGE_ESTIMATORS[alg.advantage].critic else None)
         reference = load_reference_model(model_path, dtype, cfg.mixed_precision) if alg.kl_coef > 0 else None
         return cls(policy, optimizer, cfg, temperature, critic, reference, max_episode_tokens=max_episode_tokens)
 
@@ -191,7 +185,8 @@ class Trainer:
                 reference = self._gathered(batch, lengths, lambda ids, attention, mask: reference_logprobs(
                     self.reference, ids, attention, self.temperature, mask, self.cfg.logprob_chunk_tokens))
             if self.critic is not None:
-                old_values = self._gathered(batch, lengths, lambda ids, attention, mask: self.critic.values(ids, attention))
+                old_values = self._gathered(batch, lengths,
+                                            lambda ids, attention, mask: self.critic.values(ids, attention))
             advantages, returns, scalars = self._advantages(batch, proximal, reference, old_values)
         scalars["advantage_abs_mean"] = float(masked_mean(advantages.abs(), batch.loss_mask))
         return _BatchConstants(advantages, proximal, reference, old_values, returns, scalars)
@@ -234,35 +229,16 @@ class Trainer:
     def _advantages(self, batch: Batch, proximal, reference, old_values):
         """[B, T] advantages, [B, T] returns (gae) or None, and scalars about them."""
         alg, mask = self.cfg.algorithm, batch.loss_mask
-        if alg.advantage in ("grpo", "rloo"):
-            per_episode = (grpo_advantages(batch.rewards, batch.group_index, alg.grpo_std_norm)
-                           if alg.advantage == "grpo" else rloo_advantages(batch.rewards, batch.group_index))
-            return sequence_to_token_advantages(per_episode, mask), None, {}
-        if alg.advantage == "gigpo":
-            return self._gigpo_advantages(batch)
-        scalars, kl = {"reward_on_turns": float(batch.turns is not None)}, None
-        if alg.kl_in_reward:
-            kl = kl_to_reference(proximal, reference, mask, alg.kl_estimator)
-            scalars["kl"] = float(masked_mean(kl, mask))
-        token_rewards = kl_penalized(_placed_rewards(batch), mask, kl, alg.kl_coef)
-        if alg.advantage == "reinforce_pp":
-            return reinforce_pp_advantages(token_rewards, mask, alg.gamma), None, scalars
-        advantages, returns = gae_advantages(token_rewards, old_values, mask, alg.gamma, alg.lam)
-        scalars["return_mean"] = float(masked_mean(returns, mask))
-        return whiten(advantages, mask), returns, scalars
-
-    def _gigpo_advantages(self, batch: Batch):
-        alg, turns = self.cfg.algorithm, batch.turns
-        if turns is None:
-            raise ValueError("advantage gigpo needs each turn's reward and observation fingerprint; an "
-                             "episode of this batch has none (recorded before they were sent?)")
-        episode = grpo_advantages(batch.rewards, batch.group_index, alg.grpo_std_norm)
-        returns = turn_returns(turns.rewards.to(batch.rewards.dtype), turns.row, alg.gamma)
-        step = grpo_advantages(returns, turns.anchor, alg.grpo_std_norm)
-        advantages = gigpo_advantages(episode, step, turns.row, turns.spans, batch.loss_mask, alg.step_advantage_weight)
-        anchors = int(turns.anchor.max()) + 1 if len(turns.anchor) else 0
-        # How much step-level signal there is: turns per anchor state (1 would mean no comparison).
-        return advantages, None, {"gigpo_turns_per_anchor": len(turns.anchor) / max(anchors, 1)}
+        estimator, scalars, token_rewards = ADVANTAGE_ESTIMATORS[alg.advantage], {}, None
+        if estimator.token_rewards:
+            scalars, kl = {"reward_on_turns": float(batch.turns is not None)}, None
+            if alg.kl_in_reward:
+                kl = kl_to_reference(proximal, reference, mask, alg.kl_estimator)
+                scalars["kl"] = float(masked_mean(kl, mask))
+            token_rewards = kl_penalized(_placed_rewards(batch), mask, kl, alg.kl_coef)
+        inputs = AdvantageInputs(batch.rewards, batch.group_index, mask, token_rewards, old_values, batch.turns)
+        estimate = estimator.compute(inputs, alg.settings)
+        return estimate.advantages, estimate.returns, {**scalars, **estimate.scalars}
 
     def _shares(self, num_rows: int) -> list[torch.Tensor]:
         """Rows of each optimizer step of one pass; fewer shares than asked if rows are fewer."""
@@ -388,13 +364,13 @@ class Trainer:
             micro_mask = mask[at, :width] * float(not micro.dummy)
             predicted = self.critic.model(batch.token_ids[rows[at], :width], batch.attention_mask[rows[at], :width])
             per_token, _ = value_token_losses(predicted, old_values[at, :width], returns[at, :width], micro_mask,
-                                              self.cfg.algorithm.value_clip)
+                                              self.cfg.algorithm.settings.value_clip)
             loss = self._reduce(per_token, micro_mask, denominator)
             loss.backward()
             total += float(loss.detach())
             if not micro.dummy:
                 values[at, :width] = predicted.detach()
-        _, stats = value_token_losses(values, old_values, returns, mask, self.cfg.algorithm.value_clip)
+        _, stats = value_token_losses(values, old_values, returns, mask, self.cfg.algorithm.settings.value_clip)
         stats["value_loss"] = total
         stats["critic_grad_norm"], _ = _clip_and_step(self.critic.model, self.critic.optimizer, self.cfg.max_grad_norm)
         return stats

@@ -9,22 +9,34 @@
    since a collective cannot go on past an error, and the learner carries on. The members that
    received everything have no reason to ask to join again, so a ``Control(regroup)`` naming
    nobody sends every actor back to step 1: the next publish reaches each live actor, no dead one.
+
+The training loop sees a ``PolicyPublisher``: ``ActorPublisher`` for live actors (the control PUB
+socket, the broadcaster, the resends when actors fall behind, ``Control(stop)``), ``NoActors``
+for replay.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
 
 import torch
 import zmq
 
 from common import protocol
+from common.config import Config
+from common.transport import bind_random, configure
 from common.weight_sync import BroadcastFailed, WeightBroadcaster
+from learner.distributed import Command, broadcast_command
 from learner.model import UnshardedParameters
 
 log = logging.getLogger(__name__)
+
+RESEND_INTERVAL_S = 2.0
+"""At most one weight resend this often: stale groups arrive in bursts, one resend serves them all."""
 
 
 class WeightPublisher:
@@ -79,3 +91,90 @@ class WeightPublisher:
         """Announce a generation without members: each actor leaves its group and sends ``GroupJoin``."""
         generation = self.broadcaster.retire()
         self.pub.send(protocol.encode(protocol.Control(command="regroup", generation=generation, members=[])))
+
+
+class PolicyPublisher(Protocol):
+    """What the training loop calls to get each new policy version to the actors."""
+
+    def publish(self, version: int) -> None:
+        """Send ``version``'s weights (a collective: the followers gather with rank 0)."""
+
+    def resend_if_behind(self, version: int, step: int) -> None:
+        """Send the current weights again now if some actor lacks them."""
+
+    def stop_actors(self) -> None: ...
+
+    def scalars(self) -> dict[str, float]: ...
+
+    def close(self) -> None: ...
+
+
+class ActorPublisher:
+    """Live actors: the control PUB socket (regroup, announce, stop) and the weight group."""
+
+    def __init__(self, cfg: Config, host: str, gather: Callable[[], UnshardedParameters],
+                 has_join_requests: Callable[[], bool], take_join_requests: Callable[[], set[int]]):
+        self.gather, self._has_join_requests = gather, has_join_requests
+        self.weights_device = weights_device(cfg)
+        self.pub = configure(zmq.Context.instance().socket(zmq.PUB))
+        self.control_address = bind_random(self.pub, host)
+        self.broadcaster = WeightBroadcaster(host, int(cfg.learner.bucket_mb * 2**20),
+                                             cfg.learner.broadcast_timeout_s, self.weights_device)
+        self.weights = WeightPublisher(self.pub, self.broadcaster, take_join_requests)
+        self.resends = 0
+        self._last_resend_s = 0.0
+
+    def publish(self, version: int) -> None:
+        # gathered bucket by bucket as they are sent, a collective: the followers gather too
+        self.weights.publish(self.gather(), version)
+
+    def resend_if_behind(self, version: int, step: int) -> None:
+        """Stale groups while some actor lacks the current weights (the last broadcast failed or
+        reached nobody, an actor restarted on the initial weights and asked to join): send them
+        again now. Waiting for the next step's broadcast could wait forever, since that step
+        needs fresh groups from those very actors (a lone restarted actor stalled a run so)."""
+        if not (self.weights.actors_behind or self._has_join_requests()):
+            return
+        if time.monotonic() - self._last_resend_s < RESEND_INTERVAL_S:
+            return
+        self._last_resend_s = time.monotonic()
+        self.resends += 1
+        log.info("groups too stale to train on while actors are behind: resending version %d", version)
+        broadcast_command(Command.GATHER, step)
+        self.publish(version)
+
+    def stop_actors(self) -> None:
+        self.pub.send(protocol.encode(protocol.Control(command="stop")))
+
+    def scalars(self) -> dict[str, float]:
+        return {"async/weight_group_size": len(self.broadcaster.members),
+                "async/weight_group_generation": self.broadcaster.generation,
+                "async/broadcast_failures": self.weights.failures, "async/weight_resends": self.resends}
+
+    def close(self) -> None:
+        self.pub.close()
+
+
+class NoActors:
+    """Replay: nobody to publish to."""
+
+    def publish(self, version: int) -> None:
+        pass
+
+    def resend_if_behind(self, version: int, step: int) -> None:
+        pass
+
+    def stop_actors(self) -> None:
+        pass
+
+    def scalars(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def weights_device(cfg: Config) -> str:
+    """Where the weight group's buffers live: GPU memory (NCCL) when vLLM actors and the learner
+    have GPUs, else CPU memory (gloo). The learner decides and tells the actors, so both agree."""
+    return "cuda" if cfg.actors.engine == "vllm" and torch.cuda.is_available() else "cpu"

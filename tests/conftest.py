@@ -1,6 +1,7 @@
 """Test-wide settings (every service on loopback, Ray kept local) and shared runs."""
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,25 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory) -> Iterator[str]:
+    """The tiny model, saved, with this process as rank 0 of a one-rank process group: the learner's
+    model code (sharding, logprobs, precision, checkpoints) run in the test process itself."""
+    import torch  # here, not at the top: most test modules never load a model
+
+    from common.net import free_port
+    from common.tiny_model import build_tiny_model
+    from learner.model import init_process_group
+
+    # One intra-op thread, as the learner's default torch_threads: the tiny model gains nothing
+    # from more, and oversubscribed cores make each step many times slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    init_process_group(0, 1, "127.0.0.1", free_port())
+    yield str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
+    torch.set_num_threads(threads)
+
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory) -> tuple[Path, str]:

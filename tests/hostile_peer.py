@@ -95,7 +95,8 @@ def _take_lease(dealer: zmq.Socket) -> TaskLease:
 def _failed_episode(lease: TaskLease, index: int) -> Trajectory:
     tokens = np.array([1, 2, 3, 4], np.int32)
     return Trajectory(
-        lease_id=lease.lease_id, group_id=lease.group_id, env_id=lease.env_id, task_id=lease.task_id, actor_id=HOSTILE_ACTOR_ID,
+        lease_id=lease.lease_id, group_id=lease.group_id, env_id=lease.env_id, task_id=lease.task_id,
+        actor_id=HOSTILE_ACTOR_ID,
         episode_index=index, group_size=lease.group_size, token_ids=tokens, loss_mask=np.zeros(4, np.uint8),
         behavior_logprobs=np.zeros(4, np.float32), token_versions=np.full(4, -1, np.int32),
         turn_spans=np.zeros((0, 2), np.int32), reward=0.0, success=False, terminated=False, truncated=False,

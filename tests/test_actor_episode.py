@@ -13,7 +13,7 @@ import torch
 from transformers import Qwen2ForCausalLM
 
 from actors.conversation import ConversationStarts
-from actors.engine import CpuEngine
+from actors.cpu_engine import CpuEngine
 from actors.engine_api import SamplingParams
 from actors.episode import EpisodeDeps, reported_score, run_episode
 from common import protocol

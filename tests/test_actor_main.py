@@ -11,7 +11,7 @@ import torch
 import zmq
 from transformers import Qwen2ForCausalLM
 
-from actors.engine import CpuEngine
+from actors.cpu_engine import CpuEngine
 from actors.health import EngineDead, EngineHealth
 from actors.main import Actor
 from common.config import load_config

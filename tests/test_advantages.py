@@ -1,11 +1,14 @@
 """Advantages: reward placement, GRPO, RLOO, REINFORCE++ and GAE against hand-computed cases."""
 
 import math
+import typing
 
 import pytest
 import torch
 
 from learner.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageInputs,
     assistant_returns,
     gae_advantages,
     gigpo_advantages,
@@ -21,6 +24,7 @@ from learner.advantages import (
     turn_token_rewards,
     whiten,
 )
+from learner.config import ESTIMATOR_SETTINGS, Advantage, GrpoSettings
 
 # Row 0: prompt(2) turn1(2) obs(2) turn2(2) final-obs(1). Row 1: single turn then padding.
 # Row 2: nothing sampled (e.g. the engine failed before the first turn).
@@ -358,3 +362,22 @@ def test_vectorised_turn_returns_equal_the_loop_over_turns():
         torch.testing.assert_close(turn_returns(rewards, rows, gamma), _loop_turn_returns(rewards, rows, gamma),
                                    **TOLERANCE[torch.float64])
     assert turn_returns(torch.zeros(0), torch.zeros(0, dtype=torch.long), 0.9).shape == (0,)
+
+
+def test_the_registry_holds_exactly_the_estimators_the_config_offers():
+    assert set(ADVANTAGE_ESTIMATORS) == set(typing.get_args(Advantage))
+    assert set(ESTIMATOR_SETTINGS) <= set(ADVANTAGE_ESTIMATORS)
+    assert [name for name, estimator in ADVANTAGE_ESTIMATORS.items() if estimator.critic] == ["gae"]
+
+
+def test_a_registered_estimator_is_the_pure_function_with_its_settings():
+    rewards, groups = torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [0, 1, 1], [1, 1, 1]])
+    inputs = AdvantageInputs(rewards, groups, mask)
+    for std_norm in (True, False):
+        expected = sequence_to_token_advantages(grpo_advantages(rewards, groups, std_norm), mask)
+        assert torch.equal(ADVANTAGE_ESTIMATORS["grpo"].compute(inputs, GrpoSettings(std_norm)).advantages, expected)
+    rloo = ADVANTAGE_ESTIMATORS["rloo"].compute(inputs, None)
+    assert torch.equal(rloo.advantages, sequence_to_token_advantages(rloo_advantages(rewards, groups), mask))
+    with pytest.raises(ValueError, match="gigpo needs each turn's reward"):
+        ADVANTAGE_ESTIMATORS["gigpo"].compute(inputs, ESTIMATOR_SETTINGS["gigpo"]())

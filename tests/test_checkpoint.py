@@ -8,7 +8,6 @@ from common.config import Config
 from learner.config import AlgorithmConfig, LearnerConfig
 from learner.policy import ShardedPolicy
 from tests.test_train_step import make_batch, snapshot
-from tests.test_train_step import model_path  # noqa: F401 (the tiny model on one rank, a fixture)
 
 
 def test_a_loaded_checkpoint_makes_the_same_next_updates(model_path, tmp_path):

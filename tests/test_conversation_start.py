@@ -22,9 +22,9 @@ from envhub.base import ACKNOWLEDGEMENT, ConversationStart
 from envhub.client import EnvClient, EnvClientError
 from envhub.config import EnvhubConfig
 from envhub.envs.babyai import BabyAIEnv
-from envhub.envs.search.env import DeepSearchEnv, shared_questions
 from envhub.envs.babyai.commands import Invalid
 from envhub.envs.babyai.commands import parse_command as parse_babyai
+from envhub.envs.search.env import DeepSearchEnv, shared_questions
 from envhub.envs.textcraft.agentgym_tree import goal_items
 from envhub.envs.textcraft.catalog import load_catalog
 from envhub.envs.textcraft.commands import Unparsable
@@ -74,7 +74,8 @@ def test_worked_examples_are_won_episodes_whose_replies_are_actions_of_the_env(e
         action = extract_action(reply)
         assert not isinstance(action, MalformedAction) and not isinstance(parse(action), refused)
     turns = start.turns(1)
-    assert turns[2:] == [turn for observation, reply in example for turn in (("user", observation), ("assistant", reply))]
+    assert turns[2:] == [turn for observation, reply in example
+                         for turn in (("user", observation), ("assistant", reply))]
 
 
 def test_textcraft_example_is_a_training_goal_never_a_held_out_one() -> None:

@@ -11,8 +11,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from actors.cpu_engine import CpuEngine, EngineError, SamplingParams
 from actors.decode_batch import sample_tokens
-from actors.engine import CpuEngine, EngineError, SamplingParams
 from actors.kv_slab import KvSlab
 from actors.prefix_cache import CachedPrefix, PrefixCache
 

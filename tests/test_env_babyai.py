@@ -12,7 +12,6 @@ import asyncio
 import itertools
 import re
 
-
 import pytest
 
 from envhub import registry

@@ -19,14 +19,14 @@ from envhub import registry
 from envhub.client import EnvClient
 from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
+from envhub.envs.search import agentgym_dialect as agentgym
 from envhub.envs.search import wiki_offline
-from envhub.envs.search.wiki_offline import DefaultDataset
+from envhub.envs.search.agentgym_dialect import parse_agentgym_reply
 from envhub.envs.search.answers import exact_match, normalize_answer
 from envhub.envs.search.data import DataFormatError, load_questions, scan_corpus
-from envhub.envs.search import agentgym_dialect as agentgym
-from envhub.envs.search.agentgym_dialect import parse_agentgym_reply
 from envhub.envs.search.env import MAX_QUERY_CHARS, DeepSearchEnv, parse_reply, shared_questions
 from envhub.envs.search.retriever import load_or_build_retriever, search_cache_dir, shared_retriever
+from envhub.envs.search.wiki_offline import DefaultDataset
 from envhub.main import EnvhubServer
 
 ENV_ID = "search-v0"

@@ -15,8 +15,14 @@ import pytest
 import yaml
 
 from envhub import registry
-from envhub.envs.webnav.evaluators import (contents_score, exact_match, must_include, reddit_get_post_url,
-                                           string_score, url_score)
+from envhub.envs.webnav.evaluators import (
+    contents_score,
+    exact_match,
+    must_include,
+    reddit_get_post_url,
+    string_score,
+    url_score,
+)
 from envhub.envs.webnav.observation import render_tree
 from envhub.envs.webnav.tasks import TaskFileError, load_webarena_tasks, resolve
 from envhub.sites.data import seed_data
@@ -29,7 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def webarena_task(task_id: int, sites: list[str], start_url: str, eval_spec: dict, **extra) -> dict:
     """A task as WebArena's config files hold it (keys the loader ignores included)."""
-    return {"sites": sites, "task_id": task_id, "require_login": True, "storage_state": f"./.auth/{sites[0]}_state.json",
+    return {"sites": sites, "task_id": task_id, "require_login": True,
+            "storage_state": f"./.auth/{sites[0]}_state.json",
             "start_url": start_url, "geolocation": None, "intent_template": "t", "instantiation_dict": {},
             "intent": f"task {task_id}", "require_reset": False, "intent_template_id": 100 + task_id,
             "eval": {"reference_url": "", "program_html": [], "string_note": "", "url_note": "GOLD in PRED",
@@ -42,7 +49,8 @@ TASKS = [
                   "reference_answers": {"must_include": ["159.95"]}}),
     webarena_task(1, ["shopping"], "__SHOPPING__", {"eval_types": ["url_match"],
                   "reference_url": f"__SHOPPING__/product/{PRODUCT.sku} |OR| __SHOPPING__/product/NONE"}),
-    webarena_task(2, ["shopping"], f"__SHOPPING__/product/{PRODUCT.sku}", {"eval_types": ["program_html"], "program_html": [
+    webarena_task(2, ["shopping"], f"__SHOPPING__/product/{PRODUCT.sku}", {
+        "eval_types": ["program_html"], "program_html": [
         {"url": "last", "locator": "", "required_contents": {"must_include": [PRODUCT.name, "Add to Cart"]}},
         {"url": "__SHOPPING__/cart", "locator": "document.querySelector('main').innerText",
          "required_contents": {"must_include": ["Your cart is empty"]}}]}),
@@ -118,7 +126,8 @@ def test_url_and_page_evaluators_follow_webarena():
     assert url_score(gold, "http://shop:7770/catalogsearch/result/?q=coffee") == 0.0
     # As in WebArena, the query values of all alternatives are pooled: every pooled key must match.
     assert url_score(gold, "http://shop:7770/tea.html/") == 0.0
-    assert url_score("http://shop:7770/tea.html |OR| http://shop:7770/coffee.html", "http://shop:7770/coffee.html/") == 1.0
+    either = "http://shop:7770/tea.html |OR| http://shop:7770/coffee.html"
+    assert url_score(either, "http://shop:7770/coffee.html/") == 1.0
     assert contents_score({"must_include": ["shipped |OR| complete", "#1001"]}, "Order #1001: complete") == 1.0
     assert contents_score({"exact_match": "3"}, "4") == 0.0
     assert reddit_get_post_url("http://r:9999/f/books/12/my-title/comment/3") == "http://r:9999/f/books/12/"

@@ -157,6 +157,19 @@ def walk_env_routes(walk: RouteWalk) -> None:
     assert "needs option 'url'" in walk.expect(400, "GET", conversation, env_id="agentgym-v0").json()["detail"]
     broken = walk.expect(500, "GET", conversation, env_id="contract-broken-start-v0").json()["detail"]
     assert "the instruction file is gone" in broken
+    walk_task_lists(walk)
+
+
+def walk_task_lists(walk: RouteWalk) -> None:
+    tasks = "/envs/{env_id}/tasks"
+    listed = walk.expect(200, "GET", tasks, params={"split": "train"}, env_id="contract-v0").json()
+    assert listed == {"env_id": "contract-v0", "split": "train", "max_turns": 4,
+                      "task_ids": registry.task_ids("contract-v0", "train")}
+    assert "'test'" in walk.expect(400, "GET", tasks, params={"split": "test"}, env_id="contract-v0").json()["detail"]
+    options = walk.expect(400, "GET", tasks, params={"split": "train"}, env_id="textcraft-v0").json()["detail"]
+    assert "recipes_dir" in options
+    walk.expect(404, "GET", tasks, params={"split": "train"}, env_id="nosuch-v0")
+    walk.expect(422, "GET", tasks, env_id="contract-v0")  # the split is required
 
 
 def walk_viewer_routes(walk: RouteWalk) -> None:

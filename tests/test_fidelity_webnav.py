@@ -15,9 +15,17 @@ from envhub import registry
 from envhub.base import ACKNOWLEDGEMENT
 from envhub.conformance import check_env
 from envhub.envs.webnav.actions import WebAction
-from envhub.envs.webnav.agentgym_dialect import (INSTRUCTION, NO_BACKTICKS, ParseFailure, describe_action,
-                                                 first_block, parse_agentgym_action, shown_element_lines,
-                                                 to_local_urls, to_real_url)
+from envhub.envs.webnav.agentgym_dialect import (
+    INSTRUCTION,
+    NO_BACKTICKS,
+    ParseFailure,
+    describe_action,
+    first_block,
+    parse_agentgym_action,
+    shown_element_lines,
+    to_local_urls,
+    to_real_url,
+)
 from envhub.envs.webnav.fidelity import fidelity_cases
 from envhub.envs.webnav.worked_example import WORKED_EXAMPLE, WORKED_EXAMPLE_TASK
 from envhub.fidelity import play_case

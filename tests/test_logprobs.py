@@ -8,7 +8,6 @@ import torch
 from learner.critic import load_sharded_critic
 from learner.logprobs import sequence_logprobs
 from learner.model import load_sharded_model
-from tests.test_train_step import model_path  # noqa: F401 (the tiny model on one rank, a fixture)
 
 TEMPERATURE = 0.7
 LOSS_MASK = torch.tensor([

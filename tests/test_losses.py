@@ -1,12 +1,16 @@
 """Losses: logprobs, entropy, decoupled PPO with truncated IS, sequence masking, KL, value, aggregation."""
 
 import math
+import typing
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from learner.config import KlEstimator, LossAggregation
 from learner.losses import (
+    AGGREGATIONS,
+    KL_ESTIMATES,
     aggregate_loss,
     entropy_from_logits,
     geometric_mean_ratio,
@@ -361,3 +365,12 @@ def test_value_loss_clipped_hand_computed():
     assert stats["value_clip_frac"] == 0.5 and stats["value_error"] == pytest.approx(1.0)
     unclipped, _ = value_loss(values.detach(), old_values, returns, mask, clip_eps=0.0)
     assert unclipped.item() == pytest.approx(0.5 * (1.0 + 1.0) / 2)
+
+
+def test_each_aggregation_and_kl_estimator_the_config_offers_is_implemented_once():
+    assert list(AGGREGATIONS) == list(typing.get_args(LossAggregation))
+    assert list(KL_ESTIMATES) == list(typing.get_args(KlEstimator))
+    with pytest.raises(ValueError, match="token-mean, seq-mean-token-mean, seq-mean-token-sum-norm"):
+        aggregate_loss(torch.zeros(1, 2), torch.ones(1, 2), "seq-sum")
+    with pytest.raises(ValueError, match="k1, k2, k3"):
+        kl_to_reference(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), "k4")

@@ -10,7 +10,6 @@ from learner.logprobs import sequence_logprobs
 from learner.model import full_parameters, load_sharded_model
 from learner.train_step import Trainer
 from tests.test_train_step import LOSS_MASK, TEMPERATURE, make_batch, make_cfg
-from tests.test_train_step import model_path  # noqa: F401 (the tiny model on one rank, a fixture)
 
 
 @pytest.mark.parametrize("chunk_tokens", [0, 4])  # the plain full-logits path and the chunked one

@@ -7,8 +7,19 @@ import numpy as np
 import pytest
 
 from common import protocol
-from common.protocol import (ActorStats, Control, GroupJoin, LeaseRequest, ProtocolError, TaskLease, TensorSlot,
-                             Trajectory, WeightsAnnounce, decode, encode)
+from common.protocol import (
+    ActorStats,
+    Control,
+    GroupJoin,
+    LeaseRequest,
+    ProtocolError,
+    TaskLease,
+    TensorSlot,
+    Trajectory,
+    WeightsAnnounce,
+    decode,
+    encode,
+)
 
 
 def make_trajectory(n=7) -> Trajectory:
@@ -55,7 +66,7 @@ def test_arrays_travel_as_raw_bytes_not_lists():
     LeaseRequest(actor_id=0, max_leases=2),
     TaskLease("l", "g", "keydoor-v0", "1", 7, 4, 3, 1024, 2, 1.5e9),
     WeightsAnnounce(3, [128], [TensorSlot("w", [2, 3], "bfloat16", 0, 0, 12)]),
-    Control(command="set_turn_cap", turn_cap=6),
+    Control(command="stop"),
     Control(command="regroup", generation=3, members=[0, 2]),
     GroupJoin(actor_id=2, weight_version=7),
     ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {"env_error": 1}),
@@ -103,6 +114,13 @@ def test_malformed_messages_raise_protocol_error(data, fragment):
 def test_expected_type_is_enforced():
     with pytest.raises(ProtocolError, match="unexpected message type"):
         decode(encode(Control(command="stop")), Trajectory)
+
+
+@pytest.mark.parametrize("command", ["pause", "resume", "set_turn_cap"])
+def test_control_commands_nothing_handles_are_refused(command):
+    with pytest.raises(ProtocolError, match="command") as caught:
+        decode(_envelope({"command": command, "generation": None, "members": None}, type_="Control"))
+    assert caught.value.reason == "bad_field"
 
 
 def test_encode_refuses_non_messages():

@@ -8,7 +8,8 @@ README = (REPO / "README.md").read_text()
 
 
 def test_every_path_the_readme_names_exists():
-    paths = set(re.findall(r"`((?:actors|learner|envhub|common|configs|tests|\.ci)/[\w./-]+\.(?:py|yaml|txt))`", README))
+    paths = set(re.findall(r"`((?:actors|learner|envhub|common|configs|tests|\.ci)/[\w./-]+\.(?:py|yaml|txt))`",
+                           README))
     paths |= {p for p in re.findall(r"(configs/\w+\.yaml)", README)}
     assert len(paths) > 20
     missing = sorted(p for p in paths if not (REPO / p).exists() and "guess" not in p)

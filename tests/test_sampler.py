@@ -13,7 +13,8 @@ from common.config import load_config
 from common.protocol import LeaseRequest, TaskLease
 from common.transport import configure, connect
 from learner.head import HeadServer
-from learner.sampler import LedgerError, TaskSampler
+from learner.lease_book import LeaseBook, LeasedGroup
+from learner.sampler import EVAL_LEDGER, TRAIN_LEDGER, LedgerError, TaskSampler
 
 ENV_TASKS = {"keydoor-v0": [f"k{i}" for i in range(5)], "maze-v0": [f"m{i}" for i in range(3)]}
 
@@ -396,3 +397,32 @@ def test_eval_groups_are_not_checkpointed_and_need_known_envs():
     assert "eval_scheduled" not in restored.ledger() and restored.issue().purpose == "train"
     with pytest.raises(ValueError, match="not sampled here"):
         sampler.schedule_eval([("other-v0", "1")], group_size=2)
+
+
+# ---------------------------------------------------------------------------- the shared lease book
+
+
+@pytest.mark.parametrize("names", [TRAIN_LEDGER, EVAL_LEDGER], ids=["train", "eval"])
+def test_one_lease_book_keeps_either_kinds_lifecycle_and_names_a_broken_invariant(names):
+    book = LeaseBook(names, Counter())
+
+    def lease(group: LeasedGroup, deadline: float) -> TaskLease:
+        return TaskLease(f"{group.group_id}-r{group.attempt}", group.group_id, "keydoor-v0", "1", 0, 2, 4, 512, 0,
+                         deadline)
+
+    group = LeasedGroup("x0", "keydoor-v0", "1", seed=0, attempt=0, lease_id=None)
+    book.add(group, pending=True)
+    assert book.next_group() is group and book.next_group() is None
+    book.issued(group, lease(group, deadline=5.0))
+    assert [expired.lease_id for expired in book.overdue(now=5.0)] == ["x0-r0"]
+    book.requeue(book.expire("x0-r0"))
+    assert book.expire("x0-r0") is None  # expired once only
+    again = book.next_group()
+    assert again is group and group.attempt == 1
+    book.issued(group, lease(group, deadline=50.0))
+    assert book.complete("x0-r0") is None and book.complete("x0-r1") is group and not book.groups
+    assert (book.counts[names.issued], book.counts[names.reissued], book.counts[names.expired],
+            book.counts[names.completed]) == (2, 1, 1, 1)
+    assert book.broken_invariants() == []
+    book.counts[names.completed] += 1  # a completion counted twice
+    assert any("completed" in broken for broken in book.broken_invariants())

@@ -33,7 +33,8 @@ def test_actors_applied_new_policy_versions(smoke_run):
 
 def test_trajectories_carry_per_token_versions(smoke_run):
     run_dir, _ = smoke_run
-    episodes = [m for m in read_messages(run_dir / "trajectories" / "trajectories.msgpack") if isinstance(m, Trajectory)]
+    episodes = [m for m in read_messages(run_dir / "trajectories" / "trajectories.msgpack")
+                if isinstance(m, Trajectory)]
     assert len(episodes) >= 4 * 2 * 4  # steps x groups x group size
     ok = [e for e in episodes if e.status == "ok"]
     assert len(ok) >= 0.9 * len(episodes), {e.error for e in episodes if e.status != "ok"}
@@ -115,7 +116,8 @@ def test_validation_rounds_run_on_held_out_tasks_and_are_logged_at_their_start_s
     # learner.eval_every: 2; learner.eval_at_start waits for the round of step 0 before the first
     # update, none is due at max_steps 4, where learner.eval_at_end runs the final round, waited for.
     assert steps == [0, 2, 4], steps
-    recorded = [m for m in read_messages(run_dir / "trajectories" / "trajectories.msgpack") if isinstance(m, Trajectory)]
+    recorded = [m for m in read_messages(run_dir / "trajectories" / "trajectories.msgpack")
+                if isinstance(m, Trajectory)]
     # Actor HOSTILE_ACTOR_ID is tests/hostile_peer.py: it may have held (and failed) one eval lease.
     evaluated = [e for e in recorded if e.purpose == "eval" and e.actor_id != HOSTILE_ACTOR_ID]
     assert len(evaluated) >= 2 * 2  # the step-0 round: 2 tasks x 2 samples

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
 from common.protocol import Trajectory
 from learner.batching import collate, split_stale
+from learner.group_collector import GroupCollector
 from learner.head import Group
-from learner.main import Learner
 
 VERSION, MAX_LAG = 5, 2  # tokens of version 3 or newer are fresh
 
@@ -56,6 +58,8 @@ def test_without_a_min_version_every_sampled_token_trains():
 
 
 class _Source:
+    max_policy_lag = MAX_LAG
+
     def __init__(self):
         self.released: list[Group] = []
 
@@ -63,25 +67,27 @@ class _Source:
         self.released.append(group)
 
 
-def _learner() -> Learner:
-    learner = Learner.__new__(Learner)  # only the loop state _drop_stale reads
-    learner.version, learner._dropped_stale, learner.source = VERSION, 0, _Source()
-    learner.resends = 0
-    learner._resend_if_actors_behind = lambda: setattr(learner, "resends", learner.resends + 1)
-    return learner
-
-
-def test_the_loop_drops_only_groups_without_a_fresh_token_and_still_asks_for_a_resend(monkeypatch):
-    monkeypatch.setattr(Learner, "max_policy_lag", MAX_LAG)
-    learner = _learner()
+def test_the_loop_drops_only_groups_without_a_fresh_token_and_still_asks_for_a_resend():
+    resends = []
+    collector = GroupCollector(_Source(), groups_per_step=2, stop=threading.Event(),
+                               on_stale=lambda: resends.append(1))
     short, long, old = groups_out_of_order()
-    assert learner._drop_stale([short, long, old]) == [short, long]
-    assert learner.source.released == [old] and learner._dropped_stale == 1
-    assert learner.resends == 1
+    assert collector.drop_stale([short, long, old], VERSION) == [short, long]
+    assert collector.source.released == [old] and collector.dropped_stale == 1
+    assert len(resends) == 1
     # Partly stale data alone still means some actor may lack the current weights.
-    assert learner._drop_stale([long]) == [long] and learner.resends == 2
-    assert learner._drop_stale([short]) == [short] and learner.resends == 2
-    assert learner._dropped_stale == 1
+    assert collector.drop_stale([long], VERSION) == [long] and len(resends) == 2
+    assert collector.drop_stale([short], VERSION) == [short] and len(resends) == 2
+    assert collector.dropped_stale == 1
+
+
+def test_a_recording_trains_as_recorded():
+    source = _Source()
+    source.max_policy_lag = None  # replay: no staleness judged
+    collector = GroupCollector(source, groups_per_step=2, stop=threading.Event())
+    groups = groups_out_of_order()
+    assert collector.drop_stale(groups, VERSION) == groups  # the wholly stale group too
+    assert collector.min_version(VERSION) is None and source.released == [] and collector.dropped_stale == 0
 
 
 def test_a_partly_stale_episode_keeps_its_advantage_on_its_fresh_tokens():

@@ -15,14 +15,13 @@ from safetensors.torch import load_file, save_file
 from torch.distributed.fsdp import FSDPModule
 
 from common.net import free_port
-from common.tiny_model import build_tiny_model
 from learner.batching import Batch
-from learner.turns import BatchTurns
-from learner.config import AlgorithmConfig, LearnerConfig
+from learner.config import ESTIMATOR_SETTINGS, AlgorithmConfig, GaeSettings, LearnerConfig
 from learner.distributed import deal_by_tokens
 from learner.losses import token_logprobs
 from learner.model import full_parameters, init_process_group, load_sharded_model
 from learner.train_step import Trainer, plan_micro_batches, train_step
+from learner.turns import BatchTurns
 
 TEMPERATURE = 1.0
 # Two groups of two episodes: prompt, turn 1, observation, turn 2, final observation, padding.
@@ -33,17 +32,6 @@ LOSS_MASK = torch.tensor([
     [0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0],
 ], dtype=torch.float32)
 LENGTHS = torch.tensor([13, 14, 7, 14])
-
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory):
-    # One intra-op thread, as the learner's default torch_threads: the tiny model gains nothing
-    # from more, and oversubscribed cores make each step many times slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    init_process_group(0, 1, "127.0.0.1", free_port())
-    yield str(build_tiny_model(tmp_path_factory.mktemp("tiny")))
-    torch.set_num_threads(threads)
 
 
 def make_cfg(lr: float = 1e-3, learner: dict | None = None, **algorithm) -> LearnerConfig:
@@ -136,7 +124,8 @@ def test_a_batch_without_learning_signal_leaves_the_weights_alone(model_path):
     with_kl = Trainer.build(model_path, "float32", make_cfg(lr=1e-2, kl_coef=0.1), TEMPERATURE)
     with_kl.step(make_batch(with_kl.policy))
     before = snapshot(with_kl.policy)
-    assert with_kl.step(make_batch(with_kl.policy, rewards=(0.0, 0.0, 1.0, 1.0), seed=1))["optim/skipped_zero_grad"] == 0.0
+    stepped = with_kl.step(make_batch(with_kl.policy, rewards=(0.0, 0.0, 1.0, 1.0), seed=1))
+    assert stepped["optim/skipped_zero_grad"] == 0.0
     assert changed(before, with_kl.policy)
 
 
@@ -171,7 +160,7 @@ def test_reinforce_pp_with_kl_in_the_reward(model_path):
 
 
 def test_critic_fits_the_returns(model_path):
-    cfg = make_cfg(lr=1e-5, advantage="gae", critic_lr=1e-3, value_clip=0.0)
+    cfg = make_cfg(lr=1e-5, advantage="gae", gae=GaeSettings(critic_lr=1e-3, value_clip=0.0))
     trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
     batch = make_batch(trainer.policy)
     losses = [trainer.step(batch)["learner/value_loss"] for _ in range(6)]
@@ -262,7 +251,7 @@ def _turns_of(loss_mask: torch.Tensor, turn_rewards: list[list[float]]) -> Batch
 
 @pytest.mark.parametrize("advantage", ["reinforce_pp", "gae"])
 def test_per_turn_rewards_credit_the_turn_that_earned_them(model_path, advantage):
-    cfg = make_cfg(advantage=advantage, gamma=0.9, lam=1.0)
+    cfg = make_cfg(advantage=advantage, **{advantage: ESTIMATOR_SETTINGS[advantage](gamma=0.9)})
     trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
     batch = make_batch(trainer.policy)  # rewards 1, 0, 0, 1
     # Row 0 earned its reward at turn 1; row 1 earned nothing; row 3 half at each of its turns.

@@ -18,10 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from common import protocol
 from common.chat import ChatTokenBuffer
 from common.config import load_config, write_resolved
 from common.models import default_cache_dir, load_tokenizer, resolve_model
-from common import protocol
 from common.protocol import TaskLease, TrainedSample, Trajectory
 from common.recording import Recorder, read_messages
 from envhub import registry

@@ -11,8 +11,14 @@ import torch
 from safetensors.torch import load_file
 
 from common import protocol
-from common.weight_sync import (BroadcastFailed, WeightBroadcaster, _sole_tensor, pack_bucket, plan_buckets,
-                                unpack_bucket)
+from common.weight_sync import (
+    BroadcastFailed,
+    WeightBroadcaster,
+    _sole_tensor,
+    pack_bucket,
+    plan_buckets,
+    unpack_bucket,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -24,8 +24,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common import protocol, wire_checks, wire_payloads
-from common.protocol import (ActorStats, Control, GroupJoin, LeaseRequest, ProtocolError, TaskLease, TensorSlot,
-                             TrainedSample, Trajectory, WeightsAnnounce)
+from common.protocol import (
+    ActorStats,
+    Control,
+    GroupJoin,
+    LeaseRequest,
+    ProtocolError,
+    TaskLease,
+    TensorSlot,
+    TrainedSample,
+    Trajectory,
+    WeightsAnnounce,
+)
 from learner.batching import collate, policy_lag
 from learner.head import Group, HeadFailed, HeadServer
 from learner.rollout_metrics import rollout_scalars

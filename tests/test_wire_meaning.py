@@ -12,8 +12,18 @@ import numpy as np
 import pytest
 
 from common import protocol
-from common.protocol import (ActorStats, Control, GroupJoin, LeaseRequest, ProtocolError, TaskLease, TensorSlot,
-                             Trajectory, WeightsAnnounce, decode, encode)
+from common.protocol import (
+    ActorStats,
+    Control,
+    GroupJoin,
+    LeaseRequest,
+    ProtocolError,
+    TaskLease,
+    TensorSlot,
+    WeightsAnnounce,
+    decode,
+    encode,
+)
 from tests.test_protocol import make_trajectory
 
 
@@ -101,8 +111,8 @@ ANNOUNCE = WeightsAnnounce(3, [128], [TensorSlot("w", [2, 3], "bfloat16", 0, 0, 
     (ANNOUNCE, {"slots": [TensorSlot("w", [2, 3], "bfloat16", 0, 120, 12)]}, "bad_slots"),  # past the bucket
     (ANNOUNCE, {"slots": [TensorSlot("w", [2, 3], "bfloat16", 1, 0, 12)]}, "bad_slots"),  # no bucket 1
     (ANNOUNCE, {"slots": [TensorSlot("w", [2, 3], "bfloat16", 0, 0, 10)]}, "bad_slots"),  # size disagrees
-    (Control(command="set_turn_cap", turn_cap=6), {"turn_cap": None}, "inconsistent_outcome"),
-    (Control(command="set_turn_cap", turn_cap=6), {"turn_cap": 0}, "out_of_range"),
+    (Control(command="regroup", generation=3, members=[0, 2]), {"generation": -1}, "out_of_range"),
+    (Control(command="regroup", generation=3, members=[0, 2]), {"members": [0, -2]}, "out_of_range"),
     (Control(command="regroup", generation=3, members=[0, 2]), {"members": [2, 2]}, "bad_regroup"),
     (Control(command="regroup", generation=3, members=[0, 2]), {"generation": None}, "bad_regroup"),
     (GroupJoin(actor_id=2, weight_version=7), {"weight_version": -3}, "out_of_range"),

@@ -99,7 +99,8 @@ async def product(request: Request, sku: str, saved: int = 0, error: str = "") -
     problem = f'<p role="alert">{esc(error)}</p>' if error else ""
     form = (f'<form method="post" action="{esc(url(request, f"/admin/products/{sku}"))}">'
             f'<label>Price <input type="text" name="price" value="{price}"></label> '
-            f'<label>Stock <input type="number" name="stock" value="{p["stock"]}"></label> <button>Save Product</button></form>')
+            f'<label>Stock <input type="number" name="stock" value="{p["stock"]}"></label> '
+            '<button>Save Product</button></form>')
     body = f"<h1>Edit product: {esc(p['name'])}</h1>{SAVED if saved else ''}{problem}<p>SKU: {esc(sku)}</p>{form}"
     return page(f"{p['name']} / Products / Admin", nav(request), body)
 

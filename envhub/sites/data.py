@@ -39,7 +39,8 @@ CATEGORIES = {
 CUSTOMERS = (
     ("Emma Lopez", "Seattle"), ("Liam Chen", "Austin"), ("Olivia Smith", "Boston"), ("Noah Patel", "Denver"),
     ("Ava Johnson", "Chicago"), ("Lucas Brown", "Portland"), ("Mia Garcia", "Miami"), ("Ethan Kim", "Phoenix"),
-    ("Sophia Rossi", "Atlanta"), ("James Walker", "Dallas"), ("Isabella Nguyen", "San Diego"), ("Mason Clark", "Detroit"),
+    ("Sophia Rossi", "Atlanta"), ("James Walker", "Dallas"), ("Isabella Nguyen", "San Diego"),
+    ("Mason Clark", "Detroit"),
 )
 FORUMS = {
     "books": ("Books", "Reviews, recommendations and reading lists."),
@@ -66,8 +67,8 @@ USERS = (SESSION_USER, "bookworm_ann", "pixel_pete", "trail_tom", "chef_lina", "
 COMMENT_TEXTS = ("Great point, thanks for sharing.", "I had the same experience.", "Could you post more details?",
                  "This helped me a lot.", "I respectfully disagree.", "Bookmarking this for later.",
                  "Has anyone tried the alternative?", "Welcome to the forum!")
-DESCRIPTION_NOTES = ("Customers love its build quality.", "A best seller this season.", "Backed by a two-year warranty.",
-                     "Ships in recyclable packaging.", "Rated highly for value.")
+DESCRIPTION_NOTES = ("Customers love its build quality.", "A best seller this season.",
+                     "Backed by a two-year warranty.", "Ships in recyclable packaging.", "Rated highly for value.")
 
 
 @dataclass(frozen=True)

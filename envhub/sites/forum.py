@@ -71,7 +71,8 @@ async def post(request: Request, forum: str, post_id: int) -> HTMLResponse:
     listing = "".join(f"<li>{link(request, '/forum/u/' + c['author'], c['author'])}: {esc(c['body'])}</li>"
                       for c in comments)
     reply = (f'<form method="post" action="{esc(url(request, f"/forum/f/{forum}/{post_id}/comment"))}">'
-             '<label>Comment <textarea name="body" rows="3" cols="50"></textarea></label> <button>Post Comment</button></form>')
+             '<label>Comment <textarea name="body" rows="3" cols="50"></textarea></label> '
+             '<button>Post Comment</button></form>')
     body = (f"<article><h1>{esc(p['title'])}</h1><p>Submitted by "
             f"{link(request, '/forum/u/' + p['author'], p['author'])} on {esc(p['created'])} in "
             f"{link(request, '/forum/f/' + forum, 'f/' + forum)}</p><p class=\"post-body\">{esc(p['body'])}</p>"

@@ -72,7 +72,8 @@ async def product(request: Request, sku: str) -> HTMLResponse:
         stock = f"In stock ({p['stock']} left)" if p["stock"] > 0 else "Out of stock"
         add = (f'<form method="post" action="{esc(url(request, "/shop/cart/add"))}">'
                f'<input type="hidden" name="sku" value="{esc(sku)}"><label>Qty '
-               '<input type="number" name="qty" value="1" min="1" max="99"></label> <button>Add to Cart</button></form>')
+               '<input type="number" name="qty" value="1" min="1" max="99"></label> '
+               '<button>Add to Cart</button></form>')
         body = (f"<h1>{esc(p['name'])}</h1><p id=\"price\">Price: {esc(dollars(p['price_cents']))}</p>"
                 f"<p>SKU: {esc(sku)}</p><p>Rating: {p['rating']} out of 5 ({p['review_count']} reviews)</p>"
                 f"<p>{esc(stock)}</p><p>{esc(p['description'])}</p>{add}")
@@ -115,7 +116,8 @@ async def cart(request: Request) -> HTMLResponse:
         total = sum(line["price_cents"] * line["qty"] for line in lines)
         body = ("<h1>Shopping Cart</h1>" + table(["Product", "Price", "Qty", "Subtotal", ""], rows,
                                                  [f' data-sku="{esc(line["sku"])}"' for line in lines])
-                + f"<p>Cart subtotal: {esc(dollars(total))}</p>" + link(request, "/shop/checkout", "Proceed to Checkout"))
+                + f"<p>Cart subtotal: {esc(dollars(total))}</p>"
+                + link(request, "/shop/checkout", "Proceed to Checkout"))
         return page("Shopping Cart", nav(request, db), body)
 
 
@@ -166,7 +168,8 @@ async def orders(request: Request) -> HTMLResponse:
 @router.get("/orders/{order_id}")
 async def order(request: Request, order_id: int, placed: int = 0) -> HTMLResponse:
     with session_db(request) as db:
-        o = db.execute("SELECT * FROM orders WHERE id = ? AND customer_id = ?", (order_id, SESSION_CUSTOMER_ID)).fetchone()
+        o = db.execute("SELECT * FROM orders WHERE id = ? AND customer_id = ?",
+                       (order_id, SESSION_CUSTOMER_ID)).fetchone()
         if o is None:
             return page("Not found", nav(request, db), "<h1>Order not found</h1>")
         items = db.execute("SELECT p.name, i.qty, i.price_cents FROM order_items i JOIN products p ON p.sku = i.sku "

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from common.run_folder import checkpoint_folder, complete_steps
 from envhub.ui.render import TokenText
 from envhub.ui.stream_index import TRAINED_FILE, TRAJECTORIES_FILE, RunIndex
 
@@ -42,16 +43,6 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def checkpoint_steps(run_dir: Path) -> list[int]:
-    """Steps of the run's complete checkpoints, ascending."""
-    steps = []
-    for folder in (run_dir / "checkpoints").glob("step_*"):
-        number = folder.name.removeprefix("step_")
-        if number.isdigit() and (folder / "COMPLETE").exists():
-            steps.append(int(number))
-    return sorted(steps)
-
-
 def describe_run(run_dir: Path) -> dict[str, Any]:
     """One entry of the run list: name, model, envs, stream sizes, checkpoints."""
     config = read_run_config(run_dir)
@@ -64,7 +55,7 @@ def describe_run(run_dir: Path) -> dict[str, Any]:
         "max_steps": section("run").get("max_steps"),
         "trajectory_bytes": stream.stat().st_size if stream.exists() else 0,
         "has_trained_record": (run_dir / "trajectories" / TRAINED_FILE).exists(),
-        "checkpoints": checkpoint_steps(run_dir),
+        "checkpoints": complete_steps(run_dir),
         "modified_unix_s": run_dir.stat().st_mtime,
     }
 
@@ -123,8 +114,8 @@ def load_run_tokenizer(run_dir: Path) -> TokenizerSlot:
             return TokenizerSlot(TokenText(load_tokenizer(path)), source=f"model {model['name']} ({path})")
         except Exception as error:  # a model folder that moved, a cache that is gone
             errors.append(f"model {model['name']!r}: {error}")
-    for step in reversed(checkpoint_steps(run_dir)):
-        path = run_dir / "checkpoints" / f"step_{step}" / "hf"
+    for step in reversed(complete_steps(run_dir)):
+        path = checkpoint_folder(run_dir, step) / "hf"
         try:
             return TokenizerSlot(TokenText(load_tokenizer(path)), source=f"checkpoint step {step}")
         except Exception as error:

@@ -35,12 +35,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
+
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 import torch.distributed as dist
 
 from actors.conversation import ConversationStarts
-from actors.engine import CpuEngine
+from actors.cpu_engine import CpuEngine
 from actors.engine_api import Generation, SamplingParams
 from actors.episode import EpisodeDeps, run_episode
 from common.models import load_model, load_tokenizer, resolve_model
@@ -174,7 +178,8 @@ async def part_b(env: EnvClient, tokenizer, model, sizes: BenchSizes) -> list[tu
     engine = CpuEngine(model, max_batch_size=max(CONCURRENCY_LEVELS))
     engine.start()
     try:
-        deps = EpisodeDeps(0, engine, env, tokenizer, sampling, None, ConversationStarts(env, lambda env_id: (True, None)))
+        starts = ConversationStarts(env, lambda env_id: (True, None))
+        deps = EpisodeDeps(0, engine, env, tokenizer, sampling, None, starts)
         await run_episodes(deps, 2, 1, 2)  # warm-up
         rates = {}
         for concurrency in CONCURRENCY_LEVELS:

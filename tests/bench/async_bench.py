@@ -26,6 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from tests.bench.run_all import write_json
 
 REPO = Path(__file__).resolve().parents[2]

@@ -29,6 +29,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+REPO = Path(__file__).resolve().parents[2]
 MIRROR = "/work/.mirror/WooooDyy+AgentGym/repo"
 SERVER_FILE = "agentenv-babyai/agentenv_babyai/environment.py"
 ODD_REPLIES = ("Action: fly", "Action: drop", "Action:", "no action", "Action: a\nAction: b",
@@ -84,7 +88,7 @@ def replay_in_agentgym(episodes: list[dict], minigrid_dir: str | None) -> list[l
         Path(folder, "matplotlib", "pyplot.py").write_text("")
         paths = [p for p in (minigrid_dir, folder) if p]
         done = subprocess.run([sys.executable, "-m", "tests.bench.babyai_agentgym_oracle", "--replay", *paths],
-                              input=json.dumps(episodes), capture_output=True, text=True, check=True)
+                              cwd=REPO, input=json.dumps(episodes), capture_output=True, text=True, check=True)
         return json.loads(done.stdout.strip().splitlines()[-1])
 
 

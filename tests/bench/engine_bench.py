@@ -23,12 +23,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import sys
 import time
+from pathlib import Path
+
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 import uvloop
 
-from actors.engine import CpuEngine, SamplingParams
+from actors.cpu_engine import CpuEngine, SamplingParams
 from common.models import load_model, resolve_model
 from common.paths import default_cache_dir
 from tests.bench.run_all import write_json

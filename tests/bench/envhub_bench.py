@@ -35,6 +35,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 import aiohttp
 
 from envhub.channel_client import make_env_client

@@ -26,9 +26,14 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
+
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np
 import zmq

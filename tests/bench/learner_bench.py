@@ -26,8 +26,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
+
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
 import torch.distributed as dist

@@ -44,6 +44,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 VOCABS = (32_000, 152_064)
 """A Llama-2-sized and a Qwen2-sized vocabulary."""
 FULL_TOKENS = (2048, 4096, 8192, 16384)
@@ -117,7 +120,8 @@ def measure_point(model_dir: str, tokens: int, vocab: int, chunk_tokens: int) ->
     peak_kib = _memory_kib("VmHWM")
     dist.destroy_process_group()
     return {"tokens": tokens, "vocab": vocab, "chunk_tokens": chunk_tokens,
-            "loss_tokens": int(batch.loss_mask[0].sum()), "peak_bytes": (peak_kib - before_kib) * 1024, "step_s": step_s}
+            "loss_tokens": int(batch.loss_mask[0].sum()), "peak_bytes": (peak_kib - before_kib) * 1024,
+            "step_s": step_s}
 
 
 # ----------------------------------------------------------------------------- the sweep

@@ -28,6 +28,9 @@ import tempfile
 from itertools import accumulate
 from pathlib import Path
 
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from tests.bench.run_all import write_json

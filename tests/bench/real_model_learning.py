@@ -23,6 +23,9 @@ import sys
 import time
 from pathlib import Path
 
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +74,8 @@ def main() -> None:
         for run_name, minutes, extra in ((name, args.minutes, ()),
                                          (f"{name}-lr0", args.control_minutes, ("--learner.lr", "0"))):
             wall_s = launch(run_name, config, args.output_dir, minutes, extra)
-            result = {"run": run_name, "env": env_id, "wall_s": round(wall_s), **curves(args.output_dir / run_name, env_id)}
+            result = {"run": run_name, "env": env_id, "wall_s": round(wall_s),
+                      **curves(args.output_dir / run_name, env_id)}
             print(json.dumps(result), flush=True)
 
 

@@ -18,27 +18,26 @@ the ones with none (``FULL_ONLY``);
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import resource
+import signal
+import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # run as a script, `tests.bench.*` must still import
-    sys.path.insert(0, str(REPO))
-
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import importlib.metadata  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import re  # noqa: E402
-import resource  # noqa: E402
-import signal  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-
 BENCHES = ("envhub_bench", "actor_bench", "engine_bench", "learner_bench", "learner_memory_bench", "async_bench",
            "ingest_bench", "webnav_bench", "format_bench", "learning_bench")
 FULL_ONLY = ("learning_bench",)
@@ -182,7 +181,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--markdown", action="store_true", help="print the combined table as markdown")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="wall-clock limit per bench")
     args = parser.parse_args()
-    args.only = [name if name.endswith("_bench") else f"{name}_bench" for name in args.only]
+    # Once each, in the order given: `--only webnav,webnav_bench` must not run a bench (and print its rows) twice.
+    args.only = list(dict.fromkeys(name if name.endswith("_bench") else f"{name}_bench" for name in args.only))
     unknown = sorted(set(args.only) - set(BENCHES))
     if unknown:
         parser.error(f"unknown bench {', '.join(unknown)}; known: {', '.join(BENCHES)}")

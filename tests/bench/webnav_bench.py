@@ -25,21 +25,46 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import sys
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+
+if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from common.config import load_config
 from envhub import registry
 from envhub.cli import split_overrides
 from envhub.client import EnvClient, EnvClientError
 from envhub.envs.webnav.scripted import ScriptedPolicy
-from tests.bench.envhub_bench import SessionSlot, Timings, cpu_s, start_server
+from tests.bench.envhub_bench import cpu_s, start_server
 from tests.bench.run_all import write_json
 from tests.processes import process_tree
 
 ENV_ID = "webnav-v0"
+
+
+@dataclass
+class Timings:
+    """Client-side latencies of one phase and its wall time."""
+
+    latencies_s: list[float]
+    wall_s: float
+    errors: Counter[str] = field(default_factory=Counter)
+    episodes_ended: int = 0
+    server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+
+    def rate(self) -> float:
+        return len(self.latencies_s) / self.wall_s
+
+    def percentile_ms(self, fraction: float) -> float:
+        ordered = sorted(self.latencies_s)
+        return 1000 * ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] if ordered else float("nan")
 
 
 def tree_pss_mib(root: int) -> tuple[float, int]:
@@ -101,6 +126,43 @@ class ScriptedWorker:
             timings.latencies_s.append(time.perf_counter() - started_s)
             self.observation = result.observation
             if result.terminated:
+                timings.episodes_ended += 1
+                await self.close()
+
+    async def close(self) -> None:
+        if self.session_id is not None:
+            await self.client.close(self.session_id)
+            self.session_id = None
+
+
+class SessionSlot:
+    """One of the baseline's concurrent keydoor-v0 sessions, cycling the env's example actions;
+    reopens a fresh episode when one ends or fails."""
+
+    def __init__(self, client: EnvClient, env_id: str, tasks: list[str], index: int, actions: tuple[str, ...]):
+        self.client, self.env_id, self.tasks, self.index = client, env_id, tasks, index
+        self.actions = itertools.cycle(actions[index % len(actions):] + actions[:index % len(actions)])
+        self.session_id: str | None = None
+        self.opened = 0
+
+    async def open(self) -> None:
+        task_id = self.tasks[(self.index + self.opened * 7919) % len(self.tasks)]
+        self.opened += 1
+        self.session_id = (await self.client.create(self.env_id, task_id, seed=self.index)).session_id
+
+    async def run(self, steps: int, timings: Timings) -> None:
+        for _ in range(steps):
+            if self.session_id is None:
+                await self.open()
+            started_s = time.perf_counter()
+            try:
+                result = await self.client.step(self.session_id, next(self.actions))
+            except EnvClientError as error:
+                timings.errors[f"{error.status_code}: {error.message[:120]}"] += 1
+                self.session_id = None
+                continue
+            timings.latencies_s.append(time.perf_counter() - started_s)
+            if result.terminated or result.truncated:
                 timings.episodes_ended += 1
                 await self.close()
 

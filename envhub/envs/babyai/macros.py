@@ -10,7 +10,14 @@ from typing import Any, Callable
 
 from envhub.envs.babyai.commands import Command, Invalid, Plan, TurnState
 from envhub.envs.babyai.planner import (
-    DROP, FORWARD, PICKUP, TOGGLE, TURN_LEFT, TURN_RIGHT, cell_is_walkable, front_of,
+    DROP,
+    FORWARD,
+    PICKUP,
+    TOGGLE,
+    TURN_LEFT,
+    TURN_RIGHT,
+    cell_is_walkable,
+    front_of,
 )
 from envhub.envs.babyai.view import object_phrase
 

@@ -20,12 +20,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from common.paths import default_cache_dir
-
 import bm25s
 import numpy as np
 import Stemmer
 
+from common.paths import default_cache_dir
 from envhub.envs.search.data import CorpusFile, Passage, scan_corpus
 
 INDEX_FORMAT_VERSION = 1

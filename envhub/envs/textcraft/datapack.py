@@ -17,8 +17,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from envhub.envs.textcraft.recipes import Recipe, RecipeBook, group_by_output, is_block_decompression, \
-    merge_ingredients, prune, strip_namespace
+from envhub.envs.textcraft.recipes import (
+    Recipe,
+    RecipeBook,
+    group_by_output,
+    is_block_decompression,
+    merge_ingredients,
+    prune,
+    strip_namespace,
+)
 
 CRAFTING_TYPES = ("minecraft:crafting_shaped", "minecraft:crafting_shapeless")
 

@@ -25,8 +25,13 @@ from typing import Any
 
 from envhub.actions import MalformedAction, extract_action
 from envhub.base import ConversationStart, Environment, StepResult
-from envhub.envs.textcraft.agentgym_game import TOO_MANY_ACTIONS, AgentGymGame, Outcome, client_action, \
-    first_observation
+from envhub.envs.textcraft.agentgym_game import (
+    TOO_MANY_ACTIONS,
+    AgentGymGame,
+    Outcome,
+    client_action,
+    first_observation,
+)
 from envhub.envs.textcraft.agentgym_tree import AgentGymTree, load_agentgym_tree, loaded_agentgym_tree
 from envhub.envs.textcraft.catalog import Catalog, Goal, load_catalog, splits_by_depth
 from envhub.envs.textcraft.commands import Craft, Get, ShowInventory, Unparsable, parse_command

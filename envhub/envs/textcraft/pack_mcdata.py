@@ -28,8 +28,15 @@ from typing import Any, Iterable
 
 from envhub.envs.textcraft.mcdata import MINECRAFT_VERSION, _collapse, _read_data, _variant_clusters
 from envhub.envs.textcraft.pack import PackIngredient, PackRecipe
-from envhub.envs.textcraft.pack_tables import ALTERNATIVES_DROPPED, COAL_ALTERNATIVES, FILE_ORDER, KEY_ORDER, \
-    RECOLORED_SOURCES, UNGROUPED_DUPLICATES, group_of
+from envhub.envs.textcraft.pack_tables import (
+    ALTERNATIVES_DROPPED,
+    COAL_ALTERNATIVES,
+    FILE_ORDER,
+    KEY_ORDER,
+    RECOLORED_SOURCES,
+    UNGROUPED_DUPLICATES,
+    group_of,
+)
 
 NAMESPACE = "minecraft:"
 TOOL_TAG = "stone_tool_materials"

@@ -157,7 +157,8 @@ class WebNavEnv(Environment):
         """On the browser loop: a leased context with the start pages open, one tab each."""
         options = self.options
         pool = self._runtime.pool(PoolSettings(options.executable_path, options.headless, options.max_pages,
-                                               options.max_idle_contexts, options.viewport_width, options.viewport_height))
+                                               options.max_idle_contexts, options.viewport_width,
+                                               options.viewport_height))
         settings = TabSettings(options.max_tabs, options.page_wait_s, options.action_timeout_s,
                                options.navigation_timeout_s, options.viewport_only, options.settle_s)
         tabs = await BrowserTabs.open(pool, settings, cookies)

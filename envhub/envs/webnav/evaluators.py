@@ -62,7 +62,8 @@ def string_score(reference_answers: dict[str, Any], answer: str) -> float:
             score *= min((must_include(str(v), answer, tokenize=len(value) == 1) for v in value), default=1.0)
         elif approach == "fuzzy_match":
             values = [value] if value == "N/A" else list(value)
-            score *= min((exact_match(v, answer) if v == "N/A" else fuzzy_match(v, answer) for v in values), default=1.0)
+            matches = (exact_match(v, answer) if v == "N/A" else fuzzy_match(v, answer) for v in values)
+            score *= min(matches, default=1.0)
     return score
 
 

@@ -48,7 +48,8 @@ def shop_category_count(index: int) -> Instance:
 def shop_search(index: int) -> Instance:
     query = ("kettle", "headlamp", "notebook", "honey")[index]
     return {"intent": f'Search the shop for "{query}".', "sites": ["shopping"], "start_url": SHOP,
-            "eval": {"eval_types": ["url_match"], "reference_url": f"{SHOP}/search?q={query}"}, "args": {"query": query}}
+            "eval": {"eval_types": ["url_match"], "reference_url": f"{SHOP}/search?q={query}"},
+            "args": {"query": query}}
 
 
 def shop_product_page(index: int) -> Instance:
@@ -154,7 +155,8 @@ def forum_submit(index: int) -> Instance:
     forum, title, body = SUBMISSIONS[index]
     return {"intent": f'Submit a post to f/{forum} titled "{title}" with the body "{body}".', "sites": ["reddit"],
             "start_url": FORUM, "eval": {"eval_types": ["program_html"], "program_html": [
-                {"url": "func:reddit_get_post_url('__last_url__')", "locator": "document.querySelector('article').innerText",
+                {"url": "func:reddit_get_post_url('__last_url__')",
+                 "locator": "document.querySelector('article').innerText",
                  "required_contents": {"must_include": [title, body, SESSION_USER]}},
                 {"url": f"{FORUM}/f/{forum}", "locator": "document.querySelector('main').innerText",
                  "required_contents": {"must_include": [title]}}]},
@@ -181,7 +183,8 @@ def forum_upvote(index: int) -> Instance:
 def shop_unanswerable(index: int) -> Instance:
     name = ("Solar Powered Toaster", "Titanium Garden Gnome", "Quantum Yoga Mat", "Invisible Umbrella")[index]
     return {"intent": f"What is the price of the {name} in the shop? If the shop does not sell it, answer N/A.",
-            "sites": ["shopping"], "start_url": SHOP, "eval": _string({"fuzzy_match": "N/A"}), "args": {"product": name}}
+            "sites": ["shopping"], "start_url": SHOP, "eval": _string({"fuzzy_match": "N/A"}),
+            "args": {"product": name}}
 
 
 FAMILIES: tuple[Callable[[int], Instance], ...] = (

@@ -91,10 +91,12 @@ class WebNavOptions:
         unknown_sites = sorted(set(self.site_urls) - set(WEBARENA_SITES))
         if unknown_sites:
             raise ValueError(f"webnav-v0: unknown sites {unknown_sites} in site_urls; known: {WEBARENA_SITES}")
-        for name, url in [*self.site_urls.items(), *([("sites_url", self.sites_url)] if self.sites_url != "auto" else [])]:
+        given_sites_url = [("sites_url", self.sites_url)] if self.sites_url != "auto" else []
+        for name, url in [*self.site_urls.items(), *given_sites_url]:
             if urlparse(url).scheme not in ("http", "https"):
                 raise ValueError(f"webnav-v0: {name} must be an http(s) URL, got {url!r}")
-        for name in ("max_pages", "max_tabs", "viewport_width", "viewport_height", "test_every", "max_observation_chars"):
+        for name in ("max_pages", "max_tabs", "viewport_width", "viewport_height", "test_every",
+                     "max_observation_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"webnav-v0: {name} must be >= 1, got {getattr(self, name)}")
         for name in ("page_wait_s", "action_timeout_s", "navigation_timeout_s"):

@@ -39,7 +39,9 @@ CENTER_FUNCTION = """function () {
   const element = text ? this.parentElement : this;
   if (element && element.scrollIntoViewIfNeeded) element.scrollIntoViewIfNeeded(true);
   let rect;
-  if (text) { const range = document.createRange(); range.selectNodeContents(this); rect = range.getBoundingClientRect(); }
+  if (text) {
+    const range = document.createRange(); range.selectNodeContents(this); rect = range.getBoundingClientRect();
+  }
   else { rect = this.getBoundingClientRect(); }
   return [rect.x + rect.width / 2, rect.y + rect.height / 2, rect.width, rect.height];
 }"""
@@ -241,7 +243,8 @@ class BrowserTabs:
         try:
             handle = await cdp.send("DOM.resolveNode", {"backendNodeId": backend_id, "objectGroup": "webnav"})
             result = await cdp.send("Runtime.callFunctionOn", {
-                "objectId": handle["object"]["objectId"], "functionDeclaration": CENTER_FUNCTION, "returnByValue": True})
+                "objectId": handle["object"]["objectId"], "functionDeclaration": CENTER_FUNCTION,
+                "returnByValue": True})
         finally:
             await cdp.send("Runtime.releaseObjectGroup", {"objectGroup": "webnav"})
         x, y, width, height = result["result"]["value"]
@@ -258,8 +261,9 @@ class BrowserTabs:
             leaving = True  # the old document went away during the call: a navigation committed
         if leaving:
             try:
-                await self.page.wait_for_function("window.__webnavLeaving !== true && document.readyState === 'complete'",
-                                                  timeout=self.settings.navigation_timeout_s * 1000)
+                await self.page.wait_for_function(
+                    "window.__webnavLeaving !== true && document.readyState === 'complete'",
+                    timeout=self.settings.navigation_timeout_s * 1000)
             except PlaywrightError:
                 self.check_alive()
                 return f"the page did not finish loading within {self.settings.navigation_timeout_s:g}s"
@@ -279,7 +283,8 @@ class BrowserTabs:
             return
         page.set_default_timeout(self.settings.action_timeout_s * 1000)
         page.on("crash", lambda _: self._mark_crash(page))
-        page.on("framenavigated", lambda frame: self._record_origin(page, frame.url) if frame == page.main_frame else None)
+        page.on("framenavigated",
+                lambda frame: self._record_origin(page, frame.url) if frame == page.main_frame else None)
         self.pages.append(page)
         self.current = len(self.pages) - 1
 

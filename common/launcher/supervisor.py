@@ -1,8 +1,8 @@
 """The launcher's process lifecycle on Ray: place the roles, start them, watch them, fail fast.
 
 Ray is a fresh local cluster, or a running one (``ray_address``). The placement plan
-(``common/placement.py``) is computed for its nodes and realised as placement groups; every role
-runs in its own Ray worker, in its plan bundle, through ``RoleHost`` and logs to
+(``common/launcher/placement.py``) is computed for its nodes and realised as placement groups;
+every role runs in its own Ray worker, in its plan bundle, through ``RoleHost`` and logs to
 ``<run>/logs/<role>-<i>.log``. A dead actor or envhub server is restarted in the same bundle (up to
 ``actors.max_restarts`` / ``envhub.max_restarts``), unless it died of a ``ConfigError`` (it would
 again); any other role dying stops the run, and the console gets its name, its log path and the last
@@ -21,12 +21,12 @@ from typing import Any
 
 import ray
 
-from common import ray_cluster
 from common.config import Config, ConfigError
+from common.launcher import ray_cluster
+from common.launcher.placement import PlacementPlan, format_plan, local_cluster, plan_placement
+from common.launcher.roles import RoleHost
 from common.net import free_port
-from common.placement import PlacementPlan, format_plan, local_cluster, plan_placement
-from common.roles import RoleHost
-from learner.checkpoint import latest_complete
+from common.run_folder import latest_complete
 
 LOG_TAIL_LINES = 25
 
@@ -116,7 +116,7 @@ class Supervisor:
     def _start_and_watch(self) -> dict:
         cfg, live = self.cfg, not self.cfg.run.replay
         urls = self._start_envhubs() if live else []
-        learner, addresses = self._start_learner(urls[0] if urls else None)
+        learner, addresses = self._start_learner(urls)
         actors = [self.start_role(f"actor-{k}", "actors.main:Actor", cfg, k, addresses,
                                   urls[self.plan.envhub_of_actor[k]]) for k in range(cfg.actors.count if live else 0)]
         print(f"started {f'{len(urls)} envhub server(s), ' if live else ''}{cfg.learner.num_ranks} learner rank(s) "
@@ -152,11 +152,11 @@ class Supervisor:
             self._services[role.handle.watch.remote()] = role
         return [self._envhub_urls[role.name] for role in roles]
 
-    def _start_learner(self, envhub_url: str | None) -> tuple[Role, dict]:
+    def _start_learner(self, envhub_urls: list[str]) -> tuple[Role, dict]:
         """Rank 0 and the followers set up together: their process group forms across all of them."""
         host = self._host_of("learner-0")
         master = (host, free_port())  # the ranks share one node (STRICT_PACK)
-        learner = self.start_role("learner-0", "learner.main:Learner", self.cfg, str(self.run_dir), envhub_url,
+        learner = self.start_role("learner-0", "learner.main:Learner", self.cfg, str(self.run_dir), envhub_urls,
                                   master, host)
         followers = [self.start_role(f"learner-{rank}", "learner.follower:Follower", self.cfg, str(self.run_dir),
                                      rank, master) for rank in range(1, self.cfg.learner.num_ranks)]

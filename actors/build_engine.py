@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import GenerationConfig
 
-from actors.engine import CpuEngine
+from actors.cpu_engine import CpuEngine
 from actors.engine_api import InferenceEngine
 from common.config import Config
 from common.models import load_model
@@ -17,7 +17,8 @@ def build_engine(cfg: Config, model_path: str, actor_id: int, version: int) -> I
     if cfg.actors.engine == "cpu":
         model = load_model(model_path, cfg.actors.engine_dtype or cfg.model.dtype)
         cached_tokens = int(cfg.actors.max_cached_prefix_mb * 2**20 // kv_bytes_per_token(model))
-        return CpuEngine(model, cfg.actors.max_batch_size, seed=seed, max_queued_requests=cfg.actors.max_queued_requests,
+        return CpuEngine(model, cfg.actors.max_batch_size, seed=seed,
+                         max_queued_requests=cfg.actors.max_queued_requests,
                          max_cached_prefix_tokens=cached_tokens, initial_version=version)
     from actors.vllm_engine import VllmEngine, VllmEngineConfig  # imports vllm: only when chosen
 
