@@ -25,7 +25,7 @@ import yaml
 from actors.config import ActorsConfig
 from common import typed_build
 from envhub.config import EnvhubConfig
-from learner.config import LearnerConfig
+from learner.config import ESTIMATOR_SETTINGS, LearnerConfig
 
 
 class ConfigError(ValueError):
@@ -260,7 +260,13 @@ def _parse_float(text: str, where: str) -> float:
 
 
 def _unknown_keys(where: str, unknown: list[str], valid: list[str]) -> str:
-    return f"unknown config key {typed_build.joined(where, unknown[0])!r}; valid keys here: {', '.join(valid)}"
+    message = f"unknown config key {typed_build.joined(where, unknown[0])!r}; valid keys here: {', '.join(valid)}"
+    if where == "learner.algorithm":  # a knob that moved into its estimator's section (gamma, lam, ...)
+        homes = [f"{where}.{name}.{unknown[0].removeprefix('grpo_')}" for name, settings in ESTIMATOR_SETTINGS.items()
+                 if unknown[0].removeprefix("grpo_") in {f.name for f in dataclasses.fields(settings)}]
+        if homes:
+            message += f"; it is now a setting of its estimator: {' or '.join(homes)}"
+    return message
 
 
 def _no_match(where: str, value: Any, hint: Any, errors: list[Exception]) -> Exception:

@@ -135,10 +135,15 @@ def test_an_estimator_section_applies_only_to_its_estimator(estimator):
     assert getattr(chosen.settings, field.name) == yaml.safe_load(override[1])
 
 
-def test_the_old_flat_estimator_knobs_are_unknown_keys():
-    for knob in ("lam", "value_clip", "critic_lr", "step_advantage_weight", "grpo_std_norm", "gamma"):
-        with pytest.raises(ConfigError, match=f"unknown config key 'learner.algorithm.{knob}'"):
+def test_the_old_flat_estimator_knobs_are_unknown_keys_that_say_where_they_went():
+    homes = {"lam": "gae.lam", "value_clip": "gae.value_clip", "critic_lr": "gae.critic_lr",
+             "step_advantage_weight": "gigpo.step_advantage_weight",
+             "grpo_std_norm": "grpo.std_norm or learner.algorithm.gigpo.std_norm",
+             "gamma": "reinforce_pp.gamma or learner.algorithm.gae.gamma or learner.algorithm.gigpo.gamma"}
+    for knob, home in homes.items():
+        with pytest.raises(ConfigError, match=f"unknown config key 'learner.algorithm.{knob}'") as error:
             load_config(None, ["--learner.algorithm.advantage", "gae", f"--learner.algorithm.{knob}", "0.5"])
+        assert str(error.value).endswith(f"it is now a setting of its estimator: learner.algorithm.{home}")
 
 
 def test_unset_estimator_settings_are_the_defaults_and_estimators_can_be_swapped():
