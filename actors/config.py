@@ -44,9 +44,9 @@ class ActorsConfig:
     """How episodes create, step and close their env sessions: ``http`` (one JSON request each:
     envhub/server.py's routes) or ``channel`` (one persistent msgpack connection per actor,
     pipelined: envhub/channel.py, a fraction of HTTP's CPU per step on both sides). HTTP stays the
-    default until the default job's early dip in valid actions is fixed: it shows over both transports,
-    but the learning test failed in 2 of 3 runs over the channel and in none of 2 over HTTP (README,
-    Performance)."""
+    default until the channel has the learning test's record: the early dip in valid actions that
+    failed it in 2 of 3 runs over the channel shows over both transports, and a learning-rate
+    warm-up now damps it (README, Performance)."""
     env_reconnect_s: float = 60.0
     """How long a new episode waits for an envhub server that refuses connections (one being
     restarted) before it ends with ``env_error``; running episodes end with ``env_error`` at once."""

@@ -244,6 +244,13 @@ class LearnerConfig:
     """Torch intra-op threads per learner rank on CPU."""
     lr: float = 1e-4
     """AdamW learning rate."""
+    lr_warmup_steps: int = 0
+    """Learner steps over which the policy's learning rate rises linearly to ``lr`` (0: none).
+    AdamW's first updates, its second moments estimated from a handful of gradients, move every
+    weight by about ``lr`` however small the gradient: a fresh policy's first steps then overshoot
+    (the default job's share of valid actions dipped after step 2). Counted in optimizer steps
+    (``ppo_epochs * minibatches`` a learner step) from the optimizer's own state, so a resume goes on
+    where it was."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     max_grad_norm: float = 1.0
@@ -329,6 +336,8 @@ class LearnerConfig:
         if self.reduce_gradients not in typing.get_args(ReduceGradients):
             raise ValueError("learner.reduce_gradients must be once_per_step or every_micro_batch; got "
                              f"{self.reduce_gradients!r}")
+        if self.lr_warmup_steps < 0:
+            raise ValueError(f"learner.lr_warmup_steps must be >= 0 (0: none); got {self.lr_warmup_steps}")
         if self.max_group_reissues < 0:
             raise ValueError(f"learner.max_group_reissues must be >= 0; got {self.max_group_reissues}")
         if self.sample_text_every < 0:

@@ -138,6 +138,20 @@ def test_several_passes_anchor_the_trust_region_at_the_pre_update_policy(model_p
     assert scalars["learner/clip_frac"] > 0  # later steps moved past the fixed anchor and got clipped
 
 
+def test_the_learning_rate_warms_up_over_its_learner_steps_and_a_restored_optimizer_goes_on(model_path):
+    cfg = make_cfg(lr=1e-2, learner={"lr_warmup_steps": 2}, minibatches=2)  # 4 optimizer steps of warm-up
+    trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    first = trainer.step(make_batch(trainer.policy))["optim/lr"]  # its minibatches at 1/4 and 2/4 of lr
+    restored = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    restored.optimizer.load_state_dict(trainer.optimizer.state_dict())  # as a resume does
+    later = [t.step(make_batch(t.policy, seed=1))["optim/lr"] for t in (trainer, restored, trainer)]
+    assert first == pytest.approx(5e-3) and later == pytest.approx([1e-2] * 3)
+    fresh = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+    assert fresh.step(make_batch(fresh.policy, seed=1))["optim/lr"] == pytest.approx(5e-3)
+    without = Trainer.build(model_path, "float32", make_cfg(lr=1e-2, minibatches=2), TEMPERATURE)
+    assert without.step(make_batch(without.policy))["optim/lr"] == pytest.approx(1e-2)
+
+
 def test_kl_to_the_frozen_reference_starts_at_zero_and_grows(model_path):
     trainer = Trainer.build(model_path, "float32", make_cfg(lr=1e-2, kl_coef=0.1, kl_estimator="k3"), TEMPERATURE)
     reference_before = snapshot(trainer.reference)
