@@ -296,7 +296,7 @@ class Trainer:
                 entropy[micro.positions, :micro.width] = out["entropy"]
         stats = self._policy_stats(batch, constants, rows, mask, keep, logprobs, entropy)
         stats.update(losses, entropy=float(masked_mean(entropy, mask)))
-        _set_lr(self.optimizer, self._warmed_up_lr())
+        self._warm_up_lr()
         stats["grad_norm"], skipped = _clip_and_step(self.policy, self.optimizer, self.cfg.max_grad_norm)
         stats["skipped_zero_grad"] = float(skipped)
         return stats
@@ -376,12 +376,14 @@ class Trainer:
         stats["critic_grad_norm"], _ = _clip_and_step(self.critic.model, self.critic.optimizer, self.cfg.max_grad_norm)
         return stats
 
-    def _warmed_up_lr(self) -> float:
-        """``lr``, or during ``lr_warmup_steps`` its share for the optimizer step about to be taken."""
+    def _warm_up_lr(self) -> None:
+        """With ``lr_warmup_steps``, set the learning rate of the optimizer step about to be taken:
+        its share of ``lr`` during the warm-up, ``lr`` after. Without, the optimizer's own is left alone."""
         warmup = self.cfg.lr_warmup_steps * self.cfg.algorithm.ppo_epochs * self.cfg.algorithm.minibatches
-        if not warmup:
-            return self.cfg.lr
-        return self.cfg.lr * min(1.0, (_optimizer_steps(self.optimizer) + 1) / warmup)
+        if warmup:
+            lr = self.cfg.lr * min(1.0, (_optimizer_steps(self.optimizer) + 1) / warmup)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
 
     def _reduce_gradients_after(self, model: torch.nn.Module, index: int, count: int) -> None:
         """Whether micro-batch ``index`` of ``count`` reduce-scatters its gradients (FSDP2's
@@ -455,11 +457,6 @@ def _optimizer_steps(optimizer: torch.optim.Optimizer) -> int:
         if "step" in state:
             return int(state["step"])
     return 0
-
-
-def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
 
 
 def _clip_and_step(module: torch.nn.Module, optimizer, max_grad_norm: float) -> tuple[float, bool]:
