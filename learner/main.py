@@ -119,8 +119,13 @@ class Learner:
         if not self.envhub_urls:
             raise ValueError("a live learner needs an envhub server to list its tasks; the launcher passes their URLs")
         url, envs = self.envhub_urls[0], self.cfg.rollout.envs
-        lists = fetch_task_lists(url, envs, self.cfg.rollout.split)
-        return lists, build_eval_rounds(self.cfg, lambda split: task_ids_of(fetch_task_lists(url, envs, split)))
+        train_split = self.cfg.rollout.split
+        lists = fetch_task_lists(url, envs, train_split)
+
+        def tasks_of_split(split: str) -> dict[str, list[str]]:  # eval on the training split: no second listing
+            return task_ids_of(lists if split == train_split else fetch_task_lists(url, envs, split))
+
+        return lists, build_eval_rounds(self.cfg, tasks_of_split)
 
     def _make_head(self, task_lists: dict[str, TaskList]) -> HeadServer:
         r, lc = self.cfg.rollout, self.cfg.learner
