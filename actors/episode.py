@@ -22,6 +22,7 @@ import numpy as np
 
 from actors.conversation import ConversationStarts
 from actors.engine_api import EngineError, InferenceEngine, SamplingParams
+from actors.transcript_tokens import TranscriptTokens
 from common.chat import ChatTokenBuffer
 from common.protocol import TaskLease, Trajectory
 from envhub.actions import MalformedAction, extract_action
@@ -46,6 +47,12 @@ class EpisodeDeps:
     """How long a new episode waits for an envhub server that refuses connections (restarting)."""
     deadline_margin_s: float = 0.0
     """The episode is cut this long before its lease's deadline, so that it reaches the head in time."""
+    tokens: TranscriptTokens | None = None
+    """Openings and observations as token ids (remembered, long ones off the loop); made if not given."""
+
+    def __post_init__(self) -> None:
+        if self.tokens is None:
+            self.tokens = TranscriptTokens(self.tokenizer, self.system_prompt or None)
 
 
 @dataclass
@@ -106,7 +113,7 @@ async def _opened(lease: TaskLease, deps: EpisodeDeps, observation: str) -> Chat
     """The transcript up to the first generation prompt; ValueError when it alone exceeds the budget."""
     preamble, first_turn = await _opening(lease, deps, observation)
     buf = ChatTokenBuffer(deps.tokenizer, deps.system_prompt or None)
-    buf.start(first_turn, preamble)
+    buf.start(first_turn, preamble, deps.tokens.opening_ids(preamble, first_turn))
     if len(buf) > lease.max_episode_tokens:
         raise ValueError(f"the opening is {len(buf)} tokens, more than the lease's max_episode_tokens "
                          f"{lease.max_episode_tokens}")
@@ -146,7 +153,7 @@ async def _turns(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sess
         gen = await deps.engine.generate(list(buf.token_ids), deps.sampling)
         out.timings["generate_s"] += time.monotonic() - t
         buf.append_generated(gen.token_ids, gen.logprobs, gen.versions)
-        action = deps.tokenizer.decode(gen.token_ids, skip_special_tokens=True).strip()
+        action = deps.tokens.reply_text(gen.token_ids).strip()
         t = time.monotonic()
         result = await deps.env.step(session_id, action)
         out.timings["env_s"] += time.monotonic() - t
@@ -165,7 +172,8 @@ async def _turns(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sess
         # The transcript never holds more than max_episode_tokens: an observation that would take
         # it past the budget is left out, and the episode ends after the turn that earned it (its
         # reward counts). One that fits but leaves no room for a reply ends it at the loop's top.
-        if not buf.append_observation(result.observation, max_total_tokens=lease.max_episode_tokens):
+        delta_ids = await deps.tokens.delta_ids(result.observation)
+        if not buf.append_observation(result.observation, lease.max_episode_tokens, delta_ids):
             out.truncated, out.finish_reason = True, "token_budget"
             return
         observation = result.observation

@@ -106,6 +106,7 @@ class Actor:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            deps.tokens.close()
         control.stop()
         engine.stop()
         dealer.close()
@@ -119,7 +120,7 @@ class Actor:
         return {"actor_id": self.actor_id, "episodes": self.finished, "weight_version": engine.version,
                 "versions_received": control.versions_applied, "weight_group_failures": control.failures,
                 "weight_resends_ignored": control.resends_ignored,
-                "errors": dict(self.errors),
+                "errors": dict(self.errors), "tokenize": deps.tokens.stats(),
                 "stopped_by": self._stopped_by}
 
     def _on_control(self, message: Control) -> None:

@@ -112,6 +112,12 @@ def _check_preamble(preamble: Sequence[tuple[str, str]]) -> None:
         raise ValueError("preamble must end with an assistant turn (the first observation is the next user turn)")
 
 
+def check_opening(preamble: Sequence[tuple[str, str]], first_observation: str) -> None:
+    """What ``ChatTokenBuffer.start`` requires of its texts (``TypeError``, ``ValueError``)."""
+    _require_text(first_observation)
+    _check_preamble(preamble)
+
+
 def _require_text(observation: object) -> None:
     if not isinstance(observation, str):
         raise TypeError(f"observation must be str, got {type(observation).__name__}")
@@ -129,6 +135,7 @@ class ChatTokenBuffer:
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self._delta = observation_delta(tokenizer, system_prompt)  # fails early on a bad template
+        self._eos_id = tokenizer.eos_token_id  # transformers' attribute lookup costs ~4 us, every turn
         self.token_ids: list[int] = []
         self.loss_mask: list[int] = []
         self.logprobs: list[float] = []
@@ -154,23 +161,18 @@ class ChatTokenBuffer:
         self.logprobs.extend([0.0] * len(token_ids))
         self.versions.extend([-1] * len(token_ids))
 
-    def start(self, first_observation: str, preamble: Sequence[tuple[str, str]] = ()) -> None:
+    def start(self, first_observation: str, preamble: Sequence[tuple[str, str]] = (),
+              token_ids: Sequence[int] | None = None) -> None:
         """Tokenize [system?, *preamble, user(first_observation)] plus the generation prompt, once.
 
         ``preamble``: (role, text) turns before the first observation, alternating user and
         assistant from a user turn (the env's instruction and worked examples): context, loss mask 0.
+        ``token_ids``: ``opening_token_ids`` of the same arguments, worked out earlier (a cache).
         """
         self._require("start", "start")
-        _require_text(first_observation)
-        _check_preamble(preamble)
-        messages = _messages(self.system_prompt, *preamble, ("user", first_observation))
-        token_ids = self.tokenizer.apply_chat_template(
-            messages,
-            tokenize=True,
-            add_generation_prompt=True,
-            return_dict=False,
-            sanitize_control_tokens=True,
-        )
+        check_opening(preamble, first_observation)
+        if token_ids is None:
+            token_ids = opening_token_ids(self.tokenizer, self.system_prompt, preamble, first_observation)
         self._append_context(token_ids)
         self._expecting = "append_generated"
 
@@ -190,43 +192,31 @@ class ChatTokenBuffer:
                 f"{len(token_ids)}, {len(logprobs)}, {len(version_per_token)}"
             )
         start = len(self.token_ids)
-        self.token_ids.extend(int(t) for t in token_ids)
+        self.token_ids.extend(map(int, token_ids))
         self.loss_mask.extend([1] * len(token_ids))
-        self.logprobs.extend(float(lp) for lp in logprobs)
-        self.versions.extend(int(v) for v in version_per_token)
+        self.logprobs.extend(map(float, logprobs))
+        self.versions.extend(map(int, version_per_token))
         self.turn_spans.append([start, len(self.token_ids)])
         self._expecting = "append_observation"
 
-    def append_observation(self, text: str, max_total_tokens: int | None = None) -> bool:
+    def append_observation(self, text: str, max_total_tokens: int | None = None,
+                           delta_ids: Sequence[int] | None = None) -> bool:
         """Append the template delta for a new user turn; repair a length-cut turn first. With
         ``max_total_tokens``, only if the transcript then holds no more tokens than that: returns
-        False, appending nothing, when it would."""
+        False, appending nothing, when it would. ``delta_ids``: ``encode_observation_delta`` of
+        ``text``, worked out earlier (a cache, a worker thread)."""
         self._require("append_observation", "append_observation")
         _require_text(text)
         # Cut at max_tokens: close the turn so the transcript stays well formed.
-        repair = [self.tokenizer.eos_token_id] if self.token_ids[-1] != self.tokenizer.eos_token_id else []
-        delta = self._encode_delta(text)
-        if max_total_tokens is not None and len(self) + len(repair) + len(delta) > max_total_tokens:
+        repair = [self._eos_id] if self.token_ids[-1] != self._eos_id else []
+        if delta_ids is None:
+            delta_ids = encode_observation_delta(self.tokenizer, self._delta, text)
+        if max_total_tokens is not None and len(self) + len(repair) + len(delta_ids) > max_total_tokens:
             return False
-        self._append_context(repair + delta)
+        self._append_context(repair)
+        self._append_context(delta_ids)
         self._expecting = "append_generated"
         return True
-
-    def _encode_delta(self, text: str) -> list[int]:
-        """The delta's token ids. Text holding control-token strings (``<|im_end|>`` typed by an
-        env) goes through transformers' sanitizing path, which encodes them as plain text; other
-        text (nearly all) straight through the Rust tokenizer: same ids, a fraction of the cost
-        (the sanitizing path was ~40 % of an actor's per-turn overhead)."""
-        rendered = self._delta.prefix + text + self._delta.suffix
-        backend = getattr(self.tokenizer, "backend_tokenizer", None)
-        if backend is not None and not self._delta.control_tokens_re.search(text):
-            return backend.encode(rendered, add_special_tokens=False).ids
-        marked = mark_control_tokens(text, self._delta.control_tokens_re)
-        return self.tokenizer(
-            self._delta.prefix + marked + self._delta.suffix,
-            add_special_tokens=False,
-            sanitize_control_tokens=True,
-        )["input_ids"]
 
     def as_arrays(self) -> dict[str, np.ndarray]:
         """The transcript as numpy arrays, ready for the wire."""
@@ -237,3 +227,39 @@ class ChatTokenBuffer:
             "versions": np.asarray(self.versions, dtype=np.int32),
             "turn_spans": np.asarray(self.turn_spans, dtype=np.int32).reshape(-1, 2),
         }
+
+
+def opening_token_ids(tokenizer, system_prompt: str | None, preamble: Sequence[tuple[str, str]],
+                      first_observation: str) -> list[int]:
+    """The transcript's opening as ``ChatTokenBuffer.start`` lays it down: the chat template of
+    [system?, *preamble, user(first_observation)] with the generation prompt, control tokens in the
+    texts encoded as plain text. Texts holding no control-token string (nearly all) are rendered and
+    go straight through the Rust tokenizer: the same ids, a third of the cost of the sanitizing path."""
+    messages = _messages(system_prompt, *preamble, ("user", first_observation))
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    control_tokens = observation_delta(tokenizer, system_prompt).control_tokens_re
+    if backend is not None and not any(control_tokens.search(m["content"]) for m in messages):
+        return backend.encode(_render(tokenizer, messages), add_special_tokens=False).ids
+    return tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False,
+                                         sanitize_control_tokens=True)
+
+
+def plain_delta_text(tokenizer, delta: ObservationDelta, text: str) -> str | None:
+    """The delta's whole text when the Rust tokenizer alone encodes it as ``encode_observation_delta``
+    does (no control-token string in ``text``, so nothing to sanitize); None otherwise."""
+    if getattr(tokenizer, "backend_tokenizer", None) is None or delta.control_tokens_re.search(text):
+        return None
+    return delta.prefix + text + delta.suffix
+
+
+def encode_observation_delta(tokenizer, delta: ObservationDelta, text: str) -> list[int]:
+    """The delta's token ids. Text holding control-token strings (``<|im_end|>`` typed by an env)
+    goes through transformers' sanitizing path, which encodes them as plain text; other text (nearly
+    all) straight through the Rust tokenizer: same ids, a fraction of the cost (the sanitizing path
+    was ~40 % of an actor's per-turn overhead)."""
+    plain = plain_delta_text(tokenizer, delta, text)
+    if plain is not None:
+        return tokenizer.backend_tokenizer.encode(plain, add_special_tokens=False).ids
+    marked = mark_control_tokens(text, delta.control_tokens_re)
+    return tokenizer(delta.prefix + marked + delta.suffix, add_special_tokens=False,
+                     sanitize_control_tokens=True)["input_ids"]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from common.models import default_cache_dir, load_tokenizer, resolve_model
+from common.tiny_model import load_tiny_tokenizer
 from tests.hostile_peer import Attack
 from tests.launching import run_launch
 
@@ -42,3 +44,16 @@ def smoke_run(tmp_path_factory) -> tuple[Path, str]:
     proc = run_launch("--config", "configs/smoke.yaml", "--output-dir", str(out), "--run-name", "smoke")
     attack.finish()
     return out / "smoke", proc.stdout
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    # Shared persistent cache: the GGUF conversion runs once, not once per test or session.
+    return load_tokenizer(resolve_model("smollm2-135m", default_cache_dir()))
+
+
+@pytest.fixture(params=["tiny", "smollm2"])
+def tokenizer(request):
+    if request.param == "tiny":
+        return load_tiny_tokenizer()
+    return request.getfixturevalue("smollm2_tokenizer")
