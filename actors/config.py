@@ -40,13 +40,13 @@ class ActorsConfig:
     """Torch intra-op threads per actor process (CPU engine)."""
     env_timeout_s: float = 30.0
     """HTTP deadline of one envhub call; a miss ends the episode with status ``timeout``."""
-    env_transport: EnvTransport = "http"
-    """How episodes create, step and close their env sessions: ``http`` (one JSON request each:
-    envhub/server.py's routes) or ``channel`` (one persistent msgpack connection per actor,
-    pipelined: envhub/channel.py, a fraction of HTTP's CPU per step on both sides). HTTP stays the
-    default until the channel has the learning test's record: the early dip in valid actions that
-    failed it in 2 of 3 runs over the channel shows over both transports, and a learning-rate
-    warm-up now damps it (README, Performance)."""
+    env_transport: EnvTransport = "channel"
+    """How episodes create, step and close their env sessions: ``channel`` (one persistent msgpack
+    connection per actor, pipelined: envhub/channel.py, a fraction of HTTP's CPU per step on both
+    sides) or ``http`` (one JSON request each: envhub/server.py's routes, for a network that lets
+    only envhub's HTTP port through: the channel listens on a port of its own). The channel became
+    the default once the default job learned over it in every run with the learning-rate warm-up
+    (README, Performance)."""
     env_reconnect_s: float = 60.0
     """How long a new episode waits for an envhub server that refuses connections (one being
     restarted) before it ends with ``env_error``; running episodes end with ``env_error`` at once."""

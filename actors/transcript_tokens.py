@@ -21,20 +21,23 @@ The ids are exactly those ``ChatTokenBuffer`` would work out itself (``tests/tes
 from __future__ import annotations
 
 import asyncio
+import os
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from common.chat import check_opening, encode_observation_delta, observation_delta, opening_token_ids, plain_delta_text
 
-CACHE_ENTRIES = 4096
-"""Remembered texts, each way (openings, observations)."""
-MAX_CACHED_CHARS = 8192
+CACHE_ENTRIES = 2048
+"""Remembered texts, each way (openings, observations): at most ~20 MB each, ids kept as int32."""
+MAX_CACHED_CHARS = 4096
 """Longer texts are tokenized every time: a web page seldom comes back, and would crowd out the rest."""
 OFFLOAD_MIN_CHARS = 2048
 """From this length on, an observation is tokenized on a worker thread (~0.7 ms of tokenizing, far
 more than the hand-over, ~50 us); shorter ones inline."""
-WORKERS = 2
+WORKERS = max(1, min(4, (os.cpu_count() or 2) - 1))
+"""Tokenizing threads: one core is left to the event loop, whose stalls they exist to end."""
 
 
 class LruCache:
@@ -74,7 +77,7 @@ class TranscriptTokens:
         self._executor: ThreadPoolExecutor | None = None  # made on the first long observation
         self.offloaded = 0
 
-    def opening_ids(self, preamble: Sequence[tuple[str, str]], first_observation: str) -> tuple[int, ...]:
+    def opening_ids(self, preamble: Sequence[tuple[str, str]], first_observation: str) -> Sequence[int]:
         """``ChatTokenBuffer.start``'s ids for this opening (inline: a chat template is rendered in
         Python, which keeps the GIL whatever thread runs it)."""
         key = (tuple(preamble), first_observation)
@@ -82,12 +85,12 @@ class TranscriptTokens:
         ids = self._openings.get(key) if cacheable else None
         if ids is None:
             check_opening(preamble, first_observation)
-            ids = tuple(opening_token_ids(self.tokenizer, self.system_prompt, preamble, first_observation))
+            ids = array("i", opening_token_ids(self.tokenizer, self.system_prompt, preamble, first_observation))
             if cacheable:
                 self._openings.put(key, ids)
         return ids
 
-    async def delta_ids(self, text: str) -> tuple[int, ...]:
+    async def delta_ids(self, text: str) -> Sequence[int]:
         """``ChatTokenBuffer.append_observation``'s delta ids for the observation ``text``."""
         cacheable = len(text) <= MAX_CACHED_CHARS
         ids = self._observations.get(text) if cacheable else None
@@ -97,17 +100,17 @@ class TranscriptTokens:
                 self._observations.put(text, ids)
         return ids
 
-    async def _encode(self, text: str) -> tuple[int, ...]:
+    async def _encode(self, text: str) -> array:
         plain = plain_delta_text(self.tokenizer, self._delta, text) if len(text) >= self._offload_min_chars else None
         if plain is None:
-            return tuple(encode_observation_delta(self.tokenizer, self._delta, text))
+            return array("i", encode_observation_delta(self.tokenizer, self._delta, text))
         if self._executor is None:
             self._executor = ThreadPoolExecutor(WORKERS, thread_name_prefix="tokenize")
         self.offloaded += 1
         backend = self.tokenizer.backend_tokenizer
         encodings = await asyncio.get_running_loop().run_in_executor(
             self._executor, lambda: backend.encode_batch([plain], add_special_tokens=False))
-        return tuple(encodings[0].ids)
+        return array("i", encodings[0].ids)
 
     def reply_text(self, token_ids: Sequence[int]) -> str:
         """``tokenizer.decode(token_ids, skip_special_tokens=True)``: straight from the Rust tokenizer

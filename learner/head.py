@@ -335,8 +335,11 @@ class HeadServer:
         ids = episode.token_ids
         if self.vocab_size is not None and len(ids) and np.maximum.reduce(ids) >= self.vocab_size:
             return "bad_token_ids"
-        newest = np.maximum.reduce(episode.token_versions, where=sampled_mask(episode), initial=-1)
-        if newest > self._newest_version:
+        # The unmasked max bounds the sampled tokens' (one pass, no branch per token); only when it is
+        # too new do the sampled tokens alone decide.
+        versions = episode.token_versions
+        if len(versions) and np.maximum.reduce(versions) > self._newest_version and \
+                np.maximum.reduce(versions, where=sampled_mask(episode), initial=-1) > self._newest_version:
             return "version_from_the_future"
         return None
 

@@ -5,6 +5,7 @@ actor's event loop while it is tokenized."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_a_long_observation_leaves_the_event_loop_free(tokenizer):
     """While a 20 kB page is tokenized, other episodes' coroutines go on running."""
     tokens = TranscriptTokens(tokenizer, None)
 
-    async def tokenize_while_ticking() -> tuple[tuple[int, ...], int]:
+    async def tokenize_while_ticking() -> tuple[Sequence[int], int]:
         ticks, done = 0, asyncio.Event()
 
         async def ticker() -> None:

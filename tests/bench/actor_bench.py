@@ -12,6 +12,9 @@ the same run, and asserts nothing.
 (b) The same episodes with the tiny model in the ``CpuEngine`` (continuous batching, prefix
     reuse): generated tokens/s at 1, 8 and 64 concurrent episodes, as a ratio of 1 at a time
     (goal >= 4x at 64).
+(d) Long observations: the event loop's longest stall while 8 episodes each tokenize a 20 kB web page
+    (a coroutine ticking alongside measures it), inline as the transcript would (``ChatTokenBuffer``)
+    against ``TranscriptTokens``, which hands long pages to a worker thread.
 (c) Weight broadcast of a model's parameters between two processes over gloo (the tiny model
     in fp32, and SmolLM2-135M in bf16 as the learner sends it):
     ``WeightBroadcaster``/``WeightReceiver`` (bucketed, measured on the receiver until the
@@ -42,11 +45,14 @@ if not __package__:  # run as a script, not with -m: import the project from the
 
 import torch
 import torch.distributed as dist
+import uvloop
 
 from actors.conversation import ConversationStarts
 from actors.cpu_engine import CpuEngine
 from actors.engine_api import Generation, SamplingParams
 from actors.episode import EpisodeDeps, run_episode
+from actors.transcript_tokens import TranscriptTokens
+from common.chat import ChatTokenBuffer
 from common.models import load_model, load_tokenizer, resolve_model
 from common.paths import default_cache_dir
 from common.protocol import TaskLease
@@ -170,7 +176,67 @@ async def scripted_rows(env: EnvClient, transport: str, goal: str, tokenizer, si
         rows.append((f"(a) scripted episodes, {transport}", f"{concurrency} concurrent",
                      f"{turns / wall_s:8.0f} turns/s", f"{bare:8.0f} steps/s bare {transport}", turns / wall_s / bare,
                      goal))
+    stats = deps.tokens.stats()
+    rows[-1] = (*rows[-1][:3], rows[-1][3] + f"; tokenizer cache: openings {hit_rate(stats, 'opening')}, "
+                f"observations {hit_rate(stats, 'observation')}", *rows[-1][4:])
     return rows
+
+
+def hit_rate(stats: dict[str, int], kind: str) -> str:
+    hits, misses = stats[f"{kind}_hits"], stats[f"{kind}_misses"]
+    return f"{hits / max(hits + misses, 1):.0%} hits"
+
+
+WEB_PAGE = "\n".join(f"[{i}] link 'Stainless kettle {i}, 1.7 l, 2200 W' [{i + 1}] button 'Add to cart'"
+                     for i in range(300))
+"""About 20 kB: a web page's accessibility tree."""
+PAGES = 8
+
+
+async def longest_stall_s(tokenize_all) -> float:
+    """The longest gap between two ticks of a coroutine running beside ``tokenize_all()``."""
+    gaps, done = [0.0], asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    await tokenize_all()
+    done.set()
+    await ticking
+    return max(gaps)
+
+
+async def part_d(tokenizer) -> list[tuple]:
+    pages = [f"{WEB_PAGE}\n[page {i}]" for i in range(PAGES)]  # distinct: nothing remembered
+
+    async def inline() -> None:
+        for page in pages:
+            await asyncio.sleep(0)  # each episode's own step reply came in
+            buffer_delta(tokenizer, page)
+
+    tokens = TranscriptTokens(tokenizer, None)
+    try:
+        inline_s = await longest_stall_s(inline)
+        offloaded_s = await longest_stall_s(lambda: asyncio.gather(*(tokens.delta_ids(p) for p in pages)))
+    finally:
+        tokens.close()
+    return [("(d) 8 episodes tokenize a 20 kB page", "event loop's longest stall",
+             f"{1000 * offloaded_s:6.2f} ms off the loop", f"{1000 * inline_s:6.2f} ms inline",
+             inline_s / offloaded_s, "")]
+
+
+def buffer_delta(tokenizer, text: str) -> None:
+    buffer = ChatTokenBuffer(tokenizer, None)
+    buffer.start("hello")
+    buffer.append_generated([tokenizer.eos_token_id], [0.0], [0])
+    buffer.append_observation(text)
 
 
 async def part_b(env: EnvClient, tokenizer, model, sizes: BenchSizes) -> list[tuple]:
@@ -303,6 +369,7 @@ async def parts_a_and_b(url: str, sizes: BenchSizes) -> list[tuple]:
     path = resolve_model("tiny", default_cache_dir())
     tokenizer = load_tokenizer(path)
     rows = await part_a(url, tokenizer, sizes)
+    rows += await part_d(tokenizer)
     async with make_env_client(url, TIMEOUT_S, "channel") as env:
         rows += await part_b(env, tokenizer, load_model(path, "float32"), sizes)
     return rows
@@ -327,7 +394,7 @@ def main() -> None:
     sizes = QUICK if args.quick else FULL
     server, url = start_server([], max_sessions=4 * max(CONCURRENCY_LEVELS))
     try:
-        rows = asyncio.run(parts_a_and_b(url, sizes))
+        rows = uvloop.run(parts_a_and_b(url, sizes))  # the actors' own event loop
     finally:
         server.terminate()
         server.wait(30)

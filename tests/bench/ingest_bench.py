@@ -20,6 +20,8 @@ a warm-up frame is received first, so the connection is made before it starts.
     .venv/bin/python -m tests.bench.ingest_bench [--quick] [--repeats 3] [--json PATH]
 
 ``--quick``: fewer episodes per run (about 15 s); ``--json PATH`` also writes the rows for run_all.py.
+``--without-checks`` (a diagnostic, not the product): the head skips the meaning checks and its lease
+and model checks, to show what decoding and grouping alone leave of raw.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ if not __package__:  # run as a script, not with -m: import the project from the
 import numpy as np
 import zmq
 
-from common import protocol
+from common import protocol, wire_checks
 from common.protocol import ActorStats, TaskLease, Trajectory
 from common.transport import bind_random, configure
 from learner.head import Group, HeadServer
@@ -265,6 +267,12 @@ def bench_size(size: Size, episodes: int, repeats: int) -> tuple:
             best_head.per_s / best_raw.per_s, GOAL)
 
 
+def skip_checks() -> None:
+    """The diagnostic of ``--without-checks``, in this process only (the sender only encodes)."""
+    wire_checks.CHECKS["Trajectory"] = lambda trajectory: None
+    HeadServer._contradiction = lambda self, episode, lease: None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer episodes per run (about 15 s)")
@@ -272,12 +280,17 @@ def main() -> None:
                         "(default 5, --quick 3)")
     parser.add_argument("--sizes", nargs="+", default=[s.label for s in SIZES], choices=[s.label for s in SIZES])
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON (for run_all.py)")
+    parser.add_argument("--without-checks", action="store_true",
+                        help="diagnostic: the head decodes and groups without checking what episodes mean")
     args = parser.parse_args()
+    if args.without_checks:
+        skip_checks()
     repeats = args.repeats or (3 if args.quick else 5)
     rows = []
     for size in SIZES:
         if size.label in args.sizes:
-            rows.append(bench_size(size, size.quick_episodes if args.quick else size.episodes, repeats))
+            row = bench_size(size, size.quick_episodes if args.quick else size.episodes, repeats)
+            rows.append((f"{row[0]}, without checks (diagnostic)", *row[1:4], "") if args.without_checks else row)
             print(" | ".join(f"{c:.2f}" if isinstance(c, float) else str(c) for c in rows[-1]), flush=True)
     write_json(args.json, "ingest_bench", rows)
 
