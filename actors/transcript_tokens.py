@@ -73,7 +73,11 @@ class TranscriptTokens:
         self._delta = observation_delta(tokenizer, system_prompt)
         self._openings = LruCache(cache_entries)
         self._observations = LruCache(cache_entries)
-        self._offload_min_chars = offload_min_chars
+        # A worker thread shares the Rust tokenizer with the loop's thread: safe while nobody changes
+        # its settings, which transformers does on a call when truncation or padding is set on it.
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        plain = backend is not None and backend.truncation is None and backend.padding is None
+        self._offload_min_chars = offload_min_chars if plain else None
         self._executor: ThreadPoolExecutor | None = None  # made on the first long observation
         self.offloaded = 0
 
@@ -101,7 +105,8 @@ class TranscriptTokens:
         return ids
 
     async def _encode(self, text: str) -> array:
-        plain = plain_delta_text(self.tokenizer, self._delta, text) if len(text) >= self._offload_min_chars else None
+        long = self._offload_min_chars is not None and len(text) >= self._offload_min_chars
+        plain = plain_delta_text(self.tokenizer, self._delta, text) if long else None
         if plain is None:
             return array("i", encode_observation_delta(self.tokenizer, self._delta, text))
         if self._executor is None:
