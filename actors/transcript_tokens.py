@@ -30,9 +30,14 @@ from concurrent.futures import ThreadPoolExecutor
 from common.chat import check_opening, encode_observation_delta, observation_delta, opening_token_ids, plain_delta_text
 
 CACHE_ENTRIES = 2048
-"""Remembered texts, each way (openings, observations): at most ~20 MB each, ids kept as int32."""
+"""Remembered observations: at most ~20 MB, ids kept as int32."""
 MAX_CACHED_CHARS = 4096
-"""Longer texts are tokenized every time: a web page seldom comes back, and would crowd out the rest."""
+"""Longer observations are tokenized every time: a web page seldom comes back, and would crowd out the rest."""
+OPENING_ENTRIES = 256
+"""Remembered openings: one per task in flight is what repeats (a group plays its task 8 times); at
+most ~16 MB."""
+MAX_OPENING_CHARS = 32768
+"""An opening holds the env's instruction and a worked example: 1.5 kB (textcraft) to 6 kB (webnav)."""
 OFFLOAD_MIN_CHARS = 2048
 """From this length on, an observation is tokenized on a worker thread (~0.7 ms of tokenizing, far
 more than the hand-over, ~50 us); shorter ones inline."""
@@ -67,11 +72,11 @@ class TranscriptTokens:
     """Token ids of episode openings and observation deltas for one tokenizer and system prompt."""
 
     def __init__(self, tokenizer, system_prompt: str | None, cache_entries: int = CACHE_ENTRIES,
-                 offload_min_chars: int = OFFLOAD_MIN_CHARS):
+                 offload_min_chars: int = OFFLOAD_MIN_CHARS, opening_entries: int = OPENING_ENTRIES):
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self._delta = observation_delta(tokenizer, system_prompt)
-        self._openings = LruCache(cache_entries)
+        self._openings = LruCache(opening_entries)
         self._observations = LruCache(cache_entries)
         # A worker thread shares the Rust tokenizer with the loop's thread: safe while nobody changes
         # its settings, which transformers does on a call when truncation or padding is set on it.
@@ -85,7 +90,7 @@ class TranscriptTokens:
         """``ChatTokenBuffer.start``'s ids for this opening (inline: a chat template is rendered in
         Python, which keeps the GIL whatever thread runs it)."""
         key = (tuple(preamble), first_observation)
-        cacheable = sum(len(text) for _, text in preamble) + len(first_observation) <= MAX_CACHED_CHARS
+        cacheable = sum(len(text) for _, text in preamble) + len(first_observation) <= MAX_OPENING_CHARS
         ids = self._openings.get(key) if cacheable else None
         if ids is None:
             check_opening(preamble, first_observation)
