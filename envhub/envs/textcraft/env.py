@@ -18,32 +18,13 @@ no failing end, the actor's turn cap ends unsuccessful episodes. Task id i is th
 
 from __future__ import annotations
 
-import asyncio
-import random
 from pathlib import Path
 from typing import Any
 
-from envhub.actions import MalformedAction, extract_action
 from envhub.base import ConversationStart, Environment, StepResult
-from envhub.envs.textcraft.agentgym_game import (
-    TOO_MANY_ACTIONS,
-    AgentGymGame,
-    Outcome,
-    client_action,
-    first_observation,
-)
-from envhub.envs.textcraft.agentgym_tree import AgentGymTree, load_agentgym_tree, loaded_agentgym_tree
-from envhub.envs.textcraft.catalog import Catalog, Goal, load_catalog, splits_by_depth
-from envhub.envs.textcraft.commands import Craft, Get, ShowInventory, Unparsable, parse_command
-from envhub.envs.textcraft.crafting import Workbench
-from envhub.envs.textcraft.example import agentgym_worked_example, worked_example
-from envhub.envs.textcraft.recipes import display_name
-from envhub.envs.textcraft.tasks import crafting_commands, task_observation
+from envhub.envs.textcraft.dialects import DIALECTS, Episode, goal_info
 
 DEFAULT_NUM_DISTRACTORS = 10
-DIALECTS = ("agentgym", "lenient")
-AGENTGYM_SEED = 42
-"""``TextCraftEnv.reset``'s default seed; AgentGym's server never passes another."""
 
 # AgentGym's TextCraft client opens every episode with this user turn, word for word
 # (agentenv/envs/textcraft.py, conversation_start), then "OK. I'll follow your instructions ...".
@@ -85,10 +66,7 @@ class TextCraftEnv(Environment):
         self.dialect = _checked_dialect(dialect)
         self.recipes_dir = _checked_recipes_dir(recipes_dir)
         self.num_distractors = _checked_num_distractors(num_distractors)
-        self._workbench: Workbench | None = None
-        self._game: AgentGymGame | None = None
-        self._goal: Goal | None = None
-        self._done = True
+        self._episode: Episode | None = None
 
     @classmethod
     def task_splits(cls, recipes_dir: str | None = None, num_distractors: int = DEFAULT_NUM_DISTRACTORS,
@@ -97,10 +75,7 @@ class TextCraftEnv(Environment):
             raise TypeError(f"textcraft-v0: unknown options {sorted(unknown)}; "
                             "known: dialect, recipes_dir, num_distractors")
         _checked_num_distractors(num_distractors)
-        if _checked_dialect(dialect) == "agentgym":
-            tree = load_agentgym_tree(_checked_recipes_dir(recipes_dir))
-            return splits_by_depth([tree.depths[goal] for goal in tree.goals])
-        return load_catalog(_checked_recipes_dir(recipes_dir)).splits()
+        return DIALECTS[_checked_dialect(dialect)].splits(_checked_recipes_dir(recipes_dir))
 
     @classmethod
     def conversation_start(cls, recipes_dir: str | None = None, num_distractors: int = DEFAULT_NUM_DISTRACTORS,
@@ -109,98 +84,28 @@ class TextCraftEnv(Environment):
         under lenient; under agentgym only when the run asks (``rollout.num_examples``), since AgentGym's
         evaluation shows none and a model should be trained on the prompt it is scored on."""
         splits = cls.task_splits(recipes_dir, num_distractors, dialect, **unknown)  # the same checks
-        if dialect == "agentgym":
-            if not splits.get("depth1_train"):  # a recipe folder with no depth-1 goal: nothing to show
-                return ConversationStart(INSTRUCTION)
-            tree = load_agentgym_tree(_checked_recipes_dir(recipes_dir))
-            example = agentgym_worked_example(tree, splits["depth1_train"], random.Random(AGENTGYM_SEED))
-        else:
-            example = worked_example(load_catalog(_checked_recipes_dir(recipes_dir)), num_distractors)
-        return ConversationStart(INSTRUCTION, examples=(example,), default_examples=int(dialect != "agentgym"))
+        rules = DIALECTS[dialect]
+        example = rules.worked_example(_checked_recipes_dir(recipes_dir), num_distractors, splits)
+        if example is None:
+            return ConversationStart(INSTRUCTION)
+        return ConversationStart(INSTRUCTION, examples=(example,), default_examples=rules.default_examples)
 
     async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
-        if self.dialect == "agentgym":
-            # Built once per process; after that a reset is ~0.1 ms, less than a thread hand-off costs.
-            tree = loaded_agentgym_tree(self.recipes_dir) or await asyncio.to_thread(load_agentgym_tree,
-                                                                                      self.recipes_dir)
-            return self._reset_agentgym(tree, task_id)
-        catalog = await asyncio.to_thread(load_catalog, self.recipes_dir)
-        self._goal = _goal_of(catalog, task_id)
-        rng = random.Random(f"textcraft-v0:{task_id}:{int(seed)}")
-        commands = crafting_commands(catalog, self._goal.item, rng, self.num_distractors)
-        self._workbench = Workbench(catalog.book)
-        self._done = False
-        return task_observation(commands, self._goal.item), self._info(success=False)
-
-    def _reset_agentgym(self, tree: AgentGymTree, task_id: str) -> tuple[str, dict[str, Any]]:
-        number = int(task_id)
-        if not 0 <= number < len(tree.goals):
-            raise ValueError(f"textcraft-v0: task {task_id!r} out of range; there are {len(tree.goals)} goals")
-        goal = tree.goals[number]
-        self._goal = Goal(goal, tree.depths[goal])
-        self._game = AgentGymGame(tree, goal)
-        self._done = False
-        commands = tree.crafting_commands(goal, random.Random(AGENTGYM_SEED), self.num_distractors)
-        return first_observation(commands, goal), self._info(success=False)
+        self._episode = None  # a reset that fails leaves no episode to step
+        self._episode = await DIALECTS[self.dialect].episode(self.recipes_dir, self.num_distractors, task_id, seed)
+        return self._episode.observation, goal_info(self._episode.goal, success=False)
 
     async def step(self, action: str) -> StepResult:
-        if self._done or (self._workbench is None and self._game is None):
+        if self._episode is None or self._episode.done:
             raise RuntimeError("step() called after the episode ended; call reset() first")
-        if self.dialect == "agentgym":
-            return self._step_agentgym(action)
-        assert self._workbench is not None
-        reply = extract_action(action)
-        if isinstance(reply, MalformedAction):
-            return self._result(reply.feedback, parsed=False)
-        command = parse_command(reply)
-        if isinstance(command, Unparsable):
-            return self._result(command.feedback, parsed=False)
-        if isinstance(command, Get):
-            inventory_before = dict(self._workbench.inventory)
-            observation = self._workbench.get(command)
-            return self._result(observation, valid=self._workbench.inventory != inventory_before)
-        if isinstance(command, ShowInventory):
-            return self._result(self._workbench.describe_inventory())
-        assert isinstance(command, Craft)
-        observation, recipe = self._workbench.craft(command)
-        return self._result(observation, valid=recipe is not None)
-
-    def _step_agentgym(self, reply: str) -> StepResult:
-        """The client's parsing, then the server's step; reward and score are AgentGym's step reward."""
-        assert self._game is not None
-        action = client_action(reply)
-        outcome = Outcome(TOO_MANY_ACTIONS, 0, False, False, False) if action is None else self._game.step(action)
-        self._done = outcome.done
-        info = self._info(success=outcome.reward == 1) | {
-            "score": float(outcome.reward), "action_parsed": outcome.parsed, "action_valid": outcome.valid}
-        return StepResult(outcome.observation, float(outcome.reward), outcome.done, False, info)
+        return self._episode.step(action)
 
     async def close(self) -> None:
-        self._workbench, self._game, self._goal, self._done = None, None, None, True
-
-    def _result(self, observation: str, parsed: bool = True, valid: bool | None = None) -> StepResult:
-        """``parsed``: the reply held a command in the game's grammar; ``valid``: the game carried it out."""
-        assert self._workbench is not None and self._goal is not None
-        actions = {"action_parsed": parsed, "action_valid": parsed if valid is None else valid}
-        if self._workbench.holds(self._goal.item):
-            self._done = True
-            return StepResult(observation, 1.0, True, False, self._info(success=True) | actions | {"score": 1.0})
-        return StepResult(observation, 0.0, False, False, self._info(success=False) | actions | {"score": 0.0})
-
-    def _info(self, success: bool) -> dict[str, Any]:
-        assert self._goal is not None
-        return {"success": success, "goal": display_name(self._goal.item), "depth": self._goal.depth}
-
-
-def _goal_of(catalog: Catalog, task_id: str) -> Goal:
-    number = int(task_id)
-    if not 0 <= number < len(catalog.goals):
-        raise ValueError(f"textcraft-v0: task {task_id!r} out of range; there are {len(catalog.goals)} goals")
-    return catalog.goals[number]
+        self._episode = None
 
 
 def _checked_dialect(dialect: Any) -> str:
-    if dialect not in DIALECTS:
+    if not isinstance(dialect, str) or dialect not in DIALECTS:
         raise ValueError(f"textcraft-v0: option dialect must be one of {', '.join(DIALECTS)}; got {dialect!r}")
     return dialect
 
