@@ -355,13 +355,20 @@ def _check_scalar(value: Any, hint: Any, where: str) -> Any:
     return value
 
 
+def _names(keys: list[str], shown: int = 5, chars: int = 40) -> str:
+    """A peer's key names in an error, bounded: it may send thousands, each megabytes long."""
+    cut = [key if len(key) <= chars else key[:chars] + "..." for key in sorted(keys)[:shown]]
+    return f"{cut} and {len(keys) - shown} more" if len(keys) > shown else str(cut)
+
+
 _WIRE = typed_build.Dialect(
     error=ProtocolError,
     shown=lambda value: type(value).__name__,  # never the value: a hostile peer's may be megabytes
     mapping="map",
     scalar=_check_scalar,
-    unknown_keys=lambda where, unknown, valid: f"{where}: unknown fields {sorted(unknown)}",
-    no_match=lambda where, value, hint, errors: ProtocolError(f"{where}: {value!r} matches none of {hint}"),
+    unknown_keys=lambda where, unknown, valid: f"{where}: unknown fields {_names(unknown)}",
+    no_match=lambda where, value, hint, errors: ProtocolError(f"{where}: {type(value).__name__} matches none of "
+                                                              f"{hint}"),
     field_check=_array_check,
     top="message",
 )

@@ -132,7 +132,7 @@ def _literal_check(allowed: tuple[Any, ...], dialect: Dialect) -> Check:
     def check_literal(value: Any, where: str) -> Any:
         # type too: True == 1 would pass a Literal[1], and 1.0 a Literal[1]
         if not any(value == choice and type(value) is type(choice) for choice in allowed):
-            raise dialect.error(f"{where}: {value!r} is not one of {list(allowed)}", "bad_field")
+            raise dialect.error(f"{where}: {dialect.shown(value)} is not one of {list(allowed)}", "bad_field")
         return value
     return check_literal
 

@@ -58,7 +58,7 @@ class GroupCollector:
             if not any(e.status == "ok" for e in group.episodes):
                 self.drop_failed(group)
                 continue
-            groups = self.drop_stale([*groups, group], version)
+            groups += self.drop_stale([group], version)  # the version holds for the whole step
         return groups, time.monotonic() - started
 
     def take_failed_episodes(self) -> list[Trajectory]:

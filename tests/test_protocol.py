@@ -111,6 +111,18 @@ def test_malformed_messages_raise_protocol_error(data, fragment):
         decode(data)
 
 
+@pytest.mark.parametrize("body", [
+    _body(status="x" * (1 << 20)),  # a closed choice
+    _body(score="x" * (1 << 20)),  # a union (float | None)
+    _body(**{f"{i:04d}" + "k" * (1 << 12): 1 for i in range(1000)}),  # unknown fields
+])
+def test_a_rejection_never_repeats_a_hostile_value(body):
+    """The reason is logged and counted: megabytes a peer sent must not end up in it."""
+    with pytest.raises(ProtocolError) as caught:
+        decode(_envelope(body))
+    assert caught.value.reason == "bad_field" and len(str(caught.value)) < 1000
+
+
 def test_expected_type_is_enforced():
     with pytest.raises(ProtocolError, match="unexpected message type"):
         decode(encode(Control(command="stop")), Trajectory)

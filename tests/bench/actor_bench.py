@@ -20,7 +20,7 @@ the same run, and asserts nothing.
     tensors are unpacked) against one raw ``ProcessGroupGloo.broadcast`` of the same bytes
     (goal >= 0.8) and against a plain memory copy (``torch.clone``) of the same bytes.
 (d) Long observations: the event loop's longest stall while 8 episodes each tokenize a 20 kB web page
-    (a coroutine ticking alongside measures it), inline as the transcript would (``ChatTokenBuffer``)
+    (a coroutine ticking alongside measures it), inline as a transcript would (``encode_observation_delta``)
     against ``TranscriptTokens``, which hands long pages to a worker thread.
 
     .venv/bin/python -m tests.bench.actor_bench [--quick] [--torch-threads 1] [--json PATH]
@@ -54,7 +54,7 @@ from actors.cpu_engine import CpuEngine
 from actors.engine_api import Generation, SamplingParams
 from actors.episode import EpisodeDeps, run_episode
 from actors.transcript_tokens import TranscriptTokens
-from common.chat import ChatTokenBuffer
+from common.chat import encode_observation_delta, observation_delta
 from common.models import load_model, load_tokenizer, resolve_model
 from common.paths import default_cache_dir
 from common.protocol import TaskLease
@@ -239,10 +239,12 @@ async def longest_stall_s(tokenize_all) -> float:
 async def part_d(tokenizer) -> list[tuple]:
     pages = [f"{WEB_PAGE}\n[page {i}]" for i in range(PAGES)]  # distinct: nothing remembered
 
+    delta = observation_delta(tokenizer, None)
+
     async def inline() -> None:
         for page in pages:
             await asyncio.sleep(0)  # each episode's own step reply came in
-            buffer_delta(tokenizer, page)
+            encode_observation_delta(tokenizer, delta, page)  # what a transcript does on the loop
 
     tokens = TranscriptTokens(tokenizer, None)
     try:
@@ -253,13 +255,6 @@ async def part_d(tokenizer) -> list[tuple]:
     return [("(d) 8 episodes tokenize a 20 kB page", "event loop's longest stall",
              f"{1000 * offloaded_s:6.2f} ms off the loop", f"{1000 * inline_s:6.2f} ms inline",
              inline_s / offloaded_s, "")]
-
-
-def buffer_delta(tokenizer, text: str) -> None:
-    buffer = ChatTokenBuffer(tokenizer, None)
-    buffer.start("hello")
-    buffer.append_generated([tokenizer.eos_token_id], [0.0], [0])
-    buffer.append_observation(text)
 
 
 async def part_b(env: EnvClient, tokenizer, model, sizes: BenchSizes) -> list[tuple]:

@@ -38,6 +38,7 @@ if not __package__:  # run as a script, not with -m: import the project from the
 
 from common.config import load_config
 from envhub import registry
+from envhub.base import StepResult
 from envhub.cli import split_overrides
 from envhub.client import EnvClient, EnvClientError
 from envhub.envs.webnav.scripted import ScriptedPolicy
@@ -93,7 +94,32 @@ def tree_cpu_s(root: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-class ScriptedWorker:
+class _Session:
+    """One concurrent session of a bench: a timed step, and a close."""
+
+    client: EnvClient
+    session_id: str | None
+
+    async def _timed_step(self, action: str, timings: Timings) -> StepResult | None:
+        """The step's result, its latency counted; None (the error counted, the session dropped) on an error."""
+        assert self.session_id is not None
+        started_s = time.perf_counter()
+        try:
+            result = await self.client.step(self.session_id, action)
+        except EnvClientError as error:
+            timings.errors[f"{error.status_code}: {error.message[:120]}"] += 1
+            self.session_id = None
+            return None
+        timings.latencies_s.append(time.perf_counter() - started_s)
+        return result
+
+    async def close(self) -> None:
+        if self.session_id is not None:
+            await self.client.close(self.session_id)
+            self.session_id = None
+
+
+class ScriptedWorker(_Session):
     """One concurrent session driving the scripted policy; opens the next task when an episode ends."""
 
     def __init__(self, client: EnvClient, tasks: list[int], index: int) -> None:
@@ -115,27 +141,17 @@ class ScriptedWorker:
         for _ in range(steps):
             if self.session_id is None:
                 await self.open(resets)
-            assert self.policy is not None and self.session_id is not None
-            started_s = time.perf_counter()
-            try:
-                result = await self.client.step(self.session_id, self.policy.act(self.observation))
-            except EnvClientError as error:
-                timings.errors[f"{error.status_code}: {error.message[:120]}"] += 1
-                self.session_id = None
+            assert self.policy is not None
+            result = await self._timed_step(self.policy.act(self.observation), timings)
+            if result is None:
                 continue
-            timings.latencies_s.append(time.perf_counter() - started_s)
             self.observation = result.observation
             if result.terminated:
                 timings.episodes_ended += 1
                 await self.close()
 
-    async def close(self) -> None:
-        if self.session_id is not None:
-            await self.client.close(self.session_id)
-            self.session_id = None
 
-
-class SessionSlot:
+class SessionSlot(_Session):
     """One of the baseline's concurrent keydoor-v0 sessions, cycling the env's example actions;
     reopens a fresh episode when one ends or fails."""
 
@@ -154,22 +170,10 @@ class SessionSlot:
         for _ in range(steps):
             if self.session_id is None:
                 await self.open()
-            started_s = time.perf_counter()
-            try:
-                result = await self.client.step(self.session_id, next(self.actions))
-            except EnvClientError as error:
-                timings.errors[f"{error.status_code}: {error.message[:120]}"] += 1
-                self.session_id = None
-                continue
-            timings.latencies_s.append(time.perf_counter() - started_s)
-            if result.terminated or result.truncated:
+            result = await self._timed_step(next(self.actions), timings)
+            if result is not None and (result.terminated or result.truncated):
                 timings.episodes_ended += 1
                 await self.close()
-
-    async def close(self) -> None:
-        if self.session_id is not None:
-            await self.client.close(self.session_id)
-            self.session_id = None
 
 
 async def keydoor_baseline(client: EnvClient, sessions: int, steps: int) -> Timings:
