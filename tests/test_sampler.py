@@ -173,6 +173,33 @@ def test_the_head_ledger_counts_abandoned_groups_and_its_invariants_hold():
         head.stop()
 
 
+def test_a_dead_actors_leases_are_reissued_at_once_and_the_others_keep_theirs():
+    sampler = TaskSampler(ENV_TASKS, group_size=2, groups_per_step=2, max_policy_lag=1, lease_timeout_s=600.0,
+                          max_episode_tokens=512, seed=0)
+    head = HeadServer(sampler, poll_ms=5)
+    head.set_policy(0, 3)
+    head.start()
+    dealer = connect(configure(zmq.Context.instance().socket(zmq.DEALER)), head.lease_address)
+
+    def lease_for(actor_id: int) -> TaskLease:
+        dealer.send(protocol.encode(LeaseRequest(actor_id=actor_id, max_leases=1)))
+        assert dealer.poll(5000)
+        return protocol.decode(dealer.recv(), TaskLease)
+
+    try:
+        dead, also_dead, alive = lease_for(3), lease_for(3), lease_for(4)
+        assert head.actor_lost(3) == 2  # both of actor 3's, long before their deadline
+        reissued = [lease_for(5), lease_for(5)]
+        assert sorted(lease.group_id for lease in reissued) == sorted([dead.group_id, also_dead.group_id])
+        assert all(lease.lease_id.endswith("-r1") for lease in reissued)
+        ledger = head.ledger()
+        assert ledger["leases_reissued_actor_lost"] == 2 and ledger["ledger_broken"] == ""
+        assert alive.lease_id in {lease.lease_id for lease in sampler.outstanding()}  # actor 4 keeps its own
+    finally:
+        dealer.close()
+        head.stop()
+
+
 def test_max_group_reissues_is_a_validated_learner_setting():
     assert load_config().learner.max_group_reissues == 3
     assert load_config(None, ["--learner.max_group_reissues", "0"]).learner.max_group_reissues == 0
