@@ -150,7 +150,8 @@ async def _turns(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sess
             out.truncated, out.finish_reason = True, "token_budget"
             return
         t = time.monotonic()
-        gen = await deps.engine.generate(list(buf.token_ids), deps.sampling)
+        # The transcript itself, not a copy: an engine copies what it keeps (``InferenceEngine.generate``).
+        gen = await deps.engine.generate(buf.token_ids, deps.sampling)
         out.timings["generate_s"] += time.monotonic() - t
         buf.append_generated(gen.token_ids, gen.logprobs, gen.versions)
         action = deps.tokens.reply_text(gen.token_ids).strip()

@@ -113,7 +113,8 @@ def test_length_cut_turn_is_closed_with_an_unmasked_eos(tokenizer):
     start, end = buffer.turn_spans[1]
     assert buffer.token_ids[start:end] == sampled_turn(tokenizer, REPLIES[1], cut=True)
     assert buffer.token_ids[end] == tokenizer.eos_token_id
-    assert buffer.loss_mask[end] == 0 and buffer.versions[end] == -1
+    arrays = buffer.as_arrays()
+    assert arrays["loss_mask"][end] == 0 and arrays["versions"][end] == -1
 
 
 def test_tricky_observations_round_trip_and_cannot_forge_turns(tokenizer):

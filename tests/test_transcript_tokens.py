@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from actors.transcript_tokens import MAX_CACHED_CHARS, TranscriptTokens
@@ -45,7 +46,9 @@ def test_the_ids_are_the_transcripts_own(tokenizer, system_prompt):
     plain = transcript(tokenizer, system_prompt, observations, None)
 
     assert with_tokens.token_ids == plain.token_ids == again.token_ids
-    assert with_tokens.loss_mask == plain.loss_mask and with_tokens.turn_spans == plain.turn_spans
+    assert with_tokens.turn_spans == plain.turn_spans
+    for name, array in with_tokens.as_arrays().items():
+        np.testing.assert_array_equal(array, plain.as_arrays()[name])
     messages = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + \
         [{"role": role, "content": text} for role, text in PREAMBLE] + [{"role": "user", "content": observations[0]}]
     assert with_tokens.token_ids[:len(template_ids(tokenizer, messages, sanitize_control_tokens=True))] == \

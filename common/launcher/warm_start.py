@@ -75,7 +75,7 @@ def tokenize_episode(tokenizer, system_prompt: str, turns: list[tuple[str, str]]
             buf.append_observation(observation)
         ids = tokenizer.encode(action, add_special_tokens=False) + [tokenizer.eos_token_id]
         buf.append_generated(ids, [0.0] * len(ids), [0] * len(ids))
-    return buf.token_ids, buf.loss_mask
+    return buf.token_ids, buf.as_arrays()["loss_mask"].tolist()
 
 
 def sft_loss(model, rows: list[tuple[list[int], list[int]]], observation_weight: float = 0.0) -> torch.Tensor:
