@@ -20,9 +20,10 @@ registered with ``register_advantage_estimator``, and its settings are ``learner
 - GAE (Schulman et al. 2016) with a learned value per assistant token (PPO with a critic).
 - GiGPO (Feng et al. 2025, arXiv 2505.10978): GRPO's episode advantage plus a *step* advantage
   for each turn: the turns of one group that answered the same observation (an anchor state)
-  form a step group, and a turn's discounted return-to-go is normalized within it. Two turns
-  from the same state that did different things are compared directly, so credit goes to the
-  action that was good *there*, not to whatever action is common in won episodes; no critic.
+  form a step group, and a turn's discounted return-to-go (of the turn rewards placed as below) is
+  normalized within it. Two turns from the same state that did different things are compared
+  directly, so credit goes to the action that was good *there*, not to whatever action is common
+  in won episodes; no critic.
 
 Multi-turn episodes interleave assistant turns with environment observations. The return and
 TD recursions run over assistant tokens only: the env tokens between two turns belong to the
@@ -32,7 +33,7 @@ the first token of the next turn is predicted from a prefix that includes the ob
 which is how the critic sees what the environment answered. The episode ends after its last
 assistant token (value 0 beyond it); a truncated episode is not bootstrapped.
 
-Where rewards land (REINFORCE++, GAE): an env that pays along the way (SciWorld pays progress
+Where rewards land (REINFORCE++, GAE; GiGPO per turn): an env that pays along the way (SciWorld pays progress
 every step) has its reward for turn k placed on the last assistant token of turn k
 (``turn_token_rewards``), so a token's return holds the rewards of its own and later turns only,
 discounted from where they were earned. The per-turn rewards are first made to sum to the episode
@@ -476,7 +477,12 @@ def _gigpo(inputs: AdvantageInputs, settings: GigpoSettings) -> Estimate:
         raise ValueError("advantage gigpo needs each turn's reward and observation fingerprint; an "
                          "episode of this batch has none (recorded before they were sent?)")
     episode = grpo_advantages(inputs.rewards, inputs.group_index, settings.std_norm)
-    returns = turn_returns(turns.rewards.to(inputs.rewards.dtype), turns.row, settings.gamma)
+    # The turn rewards the other estimators place (summing to the episode reward trained on): a
+    # turn's return is then in the episode reward's units, whatever the clip at 1 cut.
+    # On the CPU, where the turns stay (``Batch.to``).
+    episode_rewards = inputs.rewards.cpu()
+    turn_rewards = turn_rewards_summing_to(turns.rewards.to(episode_rewards.dtype), turns.row, episode_rewards)
+    returns = turn_returns(turn_rewards, turns.row, settings.gamma)
     step = grpo_advantages(returns, turns.anchor, settings.std_norm)
     advantages = gigpo_advantages(episode, step, turns.row, turns.spans, inputs.loss_mask,
                                   settings.step_advantage_weight)

@@ -24,7 +24,8 @@ from learner.advantages import (
     turn_token_rewards,
     whiten,
 )
-from learner.config import ESTIMATOR_SETTINGS, Advantage, GrpoSettings
+from learner.config import ESTIMATOR_SETTINGS, Advantage, GigpoSettings, GrpoSettings
+from learner.turns import BatchTurns
 
 # Row 0: prompt(2) turn1(2) obs(2) turn2(2) final-obs(1). Row 1: single turn then padding.
 # Row 2: nothing sampled (e.g. the engine failed before the first turn).
@@ -218,6 +219,20 @@ def test_gigpo_adds_the_weighted_step_advantage_to_the_episode_advantage_on_turn
     assert torch.allclose(advantages, torch.tensor([[0.0, 1.5, 1.5, 0.0, 0.0]]))
     with pytest.raises(ValueError, match="turn_spans"):
         gigpo_advantages(episode, step, torch.tensor([0, 0]), torch.tensor([1, 3]), loss_mask, 0.5)
+
+
+def test_gigpo_step_returns_are_in_the_units_of_the_episode_reward_trained_on():
+    # Two one-turn episodes of one group from the same observation. The first one's progress rewards
+    # add to 2, clipped to an episode reward of 1: its turn must count 1 there too, so that a one-turn
+    # episode's step return is its episode reward and the step advantage equals the episode one.
+    loss_mask = torch.tensor([[0, 1, 1], [0, 1, 1]])
+    turns = BatchTurns(row=torch.tensor([0, 1]), spans=torch.tensor([[1, 3], [1, 3]]),
+                       rewards=torch.tensor([2.0, 0.5]), anchor=torch.tensor([0, 0]))
+    inputs = AdvantageInputs(torch.tensor([1.0, 0.5]), torch.tensor([0, 0]), loss_mask, turns=turns)
+    settings = GigpoSettings(gamma=0.9, step_advantage_weight=1.0, std_norm=False)
+    advantages = ADVANTAGE_ESTIMATORS["gigpo"].compute(inputs, settings).advantages
+    episode_advantage = 0.25  # (1.0 - 0.5) / 2
+    assert torch.allclose(advantages, torch.tensor([[0.0, 1.0, 1.0], [0.0, -1.0, -1.0]]) * 2 * episode_advantage)
 
 
 # One episode of three turns (prompt, turn, observation, turn, observation, turn, final observation)
