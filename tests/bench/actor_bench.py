@@ -8,7 +8,8 @@ the same run, and asserts nothing.
     on a real envhub server, over the session channel (the actors' default transport) and over
     HTTP, at 1, 8 and 64 concurrent episodes: turns/s, as a ratio of the bare rate of the same
     step calls made directly with the same client at the same concurrency (goal >= 0.8 over the
-    channel, >= 0.5 over HTTP); the best of 3 interleaved runs of each. The scripted policy's
+    channel, >= 0.5 over HTTP); the best of 3 interleaved runs of each, the server pinned to one
+    core and the bench to the other, as ``envhub_bench`` runs its load. The scripted policy's
     observations all repeat, so a last row at 64 runs with nothing remembered (``TranscriptTokens``
     with empty caches), as when every observation is new.
 (b) The same episodes with the tiny model in the ``CpuEngine`` (continuous batching, prefix
@@ -32,9 +33,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -62,7 +65,7 @@ from common.weight_sync import WeightBroadcaster, WeightReceiver, plan_buckets
 from envhub.channel_client import make_env_client
 from envhub.client import EnvClient
 from learner.config import LearnerConfig
-from tests.bench.envhub_bench import REPO, start_server
+from tests.bench.envhub_bench import REPO, cores, start_server
 from tests.bench.run_all import write_json
 
 ENV_ID = "keydoor-v0"
@@ -73,6 +76,8 @@ DEFAULT_BUCKET_MB = int(LearnerConfig().bucket_mb)
 """The learner's default ``bucket_mb``."""
 TIMEOUT_S = 120.0
 SCRIPTED_REPEATS = 3
+GROUP_SIZE = 8
+"""Episodes per task, as ``learner.group_size`` in configs/default.yaml."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,10 @@ class BenchSizes:
     scripted_turn_cap: int
     """Turns per scripted episode (a)."""
     scripted_turns_per_level: int
-    """Turns (and bare steps) at least, per concurrency level (a); slots run episodes back to back."""
+    """Turns (and bare steps) at least, per run at one episode at a time (a); slots run episodes back
+    to back. At higher concurrency a run does ``1 + concurrency // 8`` times as many, so that each
+    lasts about as long: at 64 episodes, 2,048 turns took 50 ms, which every hiccup of a shared
+    machine moved (single rows read 0.37 and 0.68 of bare in two runs an hour apart)."""
     model_turn_cap: int
     """Turns per tiny-model episode (b)."""
     model_new_tokens: int
@@ -120,8 +128,11 @@ class ScriptedEngine:
 
 
 def lease(index: int, turn_cap: int) -> TaskLease:
-    return TaskLease(lease_id=f"bench-{index}", group_id=f"bench-{index}", env_id=ENV_ID, task_id=str(index % 1000),
-                     seed=index, group_size=1, turn_cap=turn_cap, max_episode_tokens=1_000_000, policy_version=0,
+    # Each task and seed is played GROUP_SIZE times, as a lease of the learner's is (so openings repeat
+    # as in a run: 99 % of the default job's did).
+    group = index // GROUP_SIZE
+    return TaskLease(lease_id=f"bench-{index}", group_id=f"bench-{group}", env_id=ENV_ID, task_id=str(group % 1000),
+                     seed=group, group_size=1, turn_cap=turn_cap, max_episode_tokens=1_000_000, policy_version=0,
                      deadline_unix_s=time.time() + 3600)
 
 
@@ -189,7 +200,8 @@ async def scripted_row(deps: EpisodeDeps, transport: str, goal: str, concurrency
     """Scripted episodes at ``concurrency`` against as many bare step calls at the same concurrency:
     the best of ``SCRIPTED_REPEATS`` runs of each, interleaved (at 64 calls in flight one run of
     either moves by up to 1.6x from the next, as the pipelined frames happen to batch)."""
-    episodes_per_slot = -(-sizes.scripted_turns_per_level // (concurrency * sizes.scripted_turn_cap))
+    turns = sizes.scripted_turns_per_level * (1 + concurrency // 8)
+    episodes_per_slot = -(-turns // (concurrency * sizes.scripted_turn_cap))
     bare, turns_per_s = 0.0, 0.0
     for _ in range(SCRIPTED_REPEATS):
         bare = max(bare, await bare_steps_per_s(deps.env, concurrency, sizes.scripted_turn_cap * episodes_per_slot))
@@ -383,14 +395,25 @@ def print_table(rows: list[tuple]) -> None:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
 
 
-async def parts_a_and_b(url: str, sizes: BenchSizes) -> list[tuple]:
-    path = resolve_model("tiny", default_cache_dir())
-    tokenizer = load_tokenizer(path)
-    rows = await part_a(url, tokenizer, sizes)
-    rows += await part_d(tokenizer)
+async def parts_d_and_b(url: str, tokenizer, sizes: BenchSizes) -> list[tuple]:
+    rows = await part_d(tokenizer)
     async with make_env_client(url, TIMEOUT_S, "channel") as env:
-        rows += await part_b(env, tokenizer, load_model(path, "float32"), sizes)
-    return rows
+        return rows + await part_b(env, tokenizer, load_model(resolve_model("tiny", default_cache_dir()), "float32"),
+                                   sizes)
+
+
+@contextlib.contextmanager
+def running_on(core: int | None):
+    """This thread, and the threads it starts meanwhile, on ``core`` only (None: as they were)."""
+    if core is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def main() -> None:
@@ -410,9 +433,16 @@ def main() -> None:
         receive_weights(*args.receive_weights, args.rounds, args.broadcast_model[0], args.bucket_mb)
         return
     sizes = QUICK if args.quick else FULL
-    server, url = start_server([], max_sessions=4 * max(CONCURRENCY_LEVELS))
+    # (a) as envhub_bench measures: the server on one core, the client on the other (unpinned, the two
+    # met on one core now and then, and the bare rate alone moved between 40k and 67k steps/s). (d)
+    # needs a core for the tokenizing threads besides the loop's, as actors have.
+    server_core, client_core = cores()
+    server, url = start_server([], max_sessions=4 * max(CONCURRENCY_LEVELS), core=server_core)
+    tokenizer = load_tokenizer(resolve_model("tiny", default_cache_dir()))
     try:
-        rows = uvloop.run(parts_a_and_b(url, sizes))  # the actors' own event loop
+        with running_on(client_core):
+            rows = uvloop.run(part_a(url, tokenizer, sizes))  # the actors' own event loop
+        rows += uvloop.run(parts_d_and_b(url, tokenizer, sizes))
     finally:
         server.terminate()
         server.wait(30)

@@ -93,23 +93,17 @@ def pinned(core: int | None):
 
 
 def start_envhub(core: int | None, max_sessions: int) -> tuple[subprocess.Popen, str]:
+    return start_server([], max_sessions, core)
+
+
+def start_server(overrides: list[str], max_sessions: int, core: int | None = None) -> tuple[subprocess.Popen, str]:
+    """An envhub with config overrides, pinned to `core` (None: unpinned; actor_bench and
+    webnav_bench use it too)."""
     # A long idle timeout: no session may be reaped while the others are being stepped.
     command = [sys.executable, "-m", "envhub", "serve", "--port", "0", "--max_sessions", str(max_sessions),
-               "--session_idle_timeout_s", "600"]
+               "--session_idle_timeout_s", "600", *overrides]
     server = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               preexec_fn=pinned(core))
-    ready_line = server.stdout.readline()
-    if not ready_line.startswith("envhub listening on "):
-        server.kill()
-        raise RuntimeError(f"envhub did not start: {ready_line}{server.stderr.read()[-2000:]}")
-    return server, ready_line.split()[-1]
-
-
-def start_server(overrides: list[str], max_sessions: int) -> tuple[subprocess.Popen, str]:
-    """An unpinned envhub with config overrides (tests/bench/actor_bench.py uses it)."""
-    command = [sys.executable, "-m", "envhub", "serve", "--port", "0", "--max_sessions", str(max_sessions),
-               "--session_idle_timeout_s", "600", *overrides]
-    server = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ready_line = server.stdout.readline()
     if not ready_line.startswith("envhub listening on "):
         server.kill()
