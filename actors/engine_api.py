@@ -75,8 +75,9 @@ class InferenceEngine(Protocol):
         """Stop; pending requests fail with EngineError."""
 
     async def generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Generation:
-        """Sample one completion of ``prompt_token_ids``. The caller extends that list once this
-        returns (its episode's transcript): copy whatever of it the engine keeps."""
+        """Sample one completion of ``prompt_token_ids``. The list is the caller's episode transcript:
+        never change it, and copy whatever of it the engine keeps, since the caller extends it once
+        this returns."""
 
     def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> bool:
         """Thread-safe: full weights of ``version``, applied between two decode steps. A version not

@@ -124,7 +124,7 @@ def _require_text(observation: object) -> None:
 
 
 class ChatTokenBuffer:
-    """One episode's transcript: aligned token ids, loss mask, behavior logprobs, versions.
+    """One episode's transcript as token ids, with what the learner needs of its sampled turns.
 
     Call order: start(obs), then append_generated(...) and append_observation(obs) in
     alternation. `token_ids` is the transcript so far; `turn_spans` holds [start, end) of each
@@ -154,7 +154,7 @@ class ChatTokenBuffer:
     @property
     def assistant_token_count(self) -> int:
         """Number of sampled (loss-masked) tokens."""
-        return sum(end - start for start, end in self.turn_spans)
+        return len(self._sampled_versions)
 
     def _require(self, step: str, caller: str) -> None:
         if self._expecting != step:
@@ -190,10 +190,13 @@ class ChatTokenBuffer:
                 f"token_ids, logprobs and version_per_token differ in length: "
                 f"{len(token_ids)}, {len(logprobs)}, {len(version_per_token)}"
             )
+        # Converted before anything is appended: a value that is no number leaves the buffer as it was.
+        ids, logprobs = list(map(int, token_ids)), list(map(float, logprobs))
+        versions = list(map(int, version_per_token))
         start = len(self.token_ids)
-        self.token_ids.extend(map(int, token_ids))
-        self._sampled_logprobs.extend(map(float, logprobs))
-        self._sampled_versions.extend(map(int, version_per_token))
+        self.token_ids.extend(ids)
+        self._sampled_logprobs.extend(logprobs)
+        self._sampled_versions.extend(versions)
         self.turn_spans.append([start, len(self.token_ids)])
         self._expecting = "append_observation"
 

@@ -33,7 +33,7 @@ the first token of the next turn is predicted from a prefix that includes the ob
 which is how the critic sees what the environment answered. The episode ends after its last
 assistant token (value 0 beyond it); a truncated episode is not bootstrapped.
 
-Where rewards land (REINFORCE++, GAE; GiGPO per turn): an env that pays along the way (SciWorld pays progress
+Where rewards land (REINFORCE++, GAE): an env that pays along the way (SciWorld pays progress
 every step) has its reward for turn k placed on the last assistant token of turn k
 (``turn_token_rewards``), so a token's return holds the rewards of its own and later turns only,
 discounted from where they were earned. The per-turn rewards are first made to sum to the episode
@@ -41,6 +41,8 @@ reward the other estimators train on (``turn_rewards_summing_to``: the env's sum
 [0, 1], minus the format penalty), scaling every turn alike when the clip cut the sum. A batch
 recorded before per-turn rewards were sent puts the episode reward on the last assistant token
 (``outcome_token_rewards``), which is the same thing for an env that pays only at the end.
+GiGPO's step returns are of the same ``turn_rewards_summing_to`` turn rewards (it has no fallback:
+it needs every turn's reward and observation).
 """
 
 from __future__ import annotations

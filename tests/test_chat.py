@@ -150,3 +150,15 @@ def test_calls_out_of_order_raise():
         buffer.append_observation("no turn sampled yet")
     with pytest.raises(ValueError, match="differ in length"):
         buffer.append_generated([5, 6], [-0.1], [0, 0])
+
+
+def test_a_sampled_turn_that_is_no_numbers_leaves_the_transcript_as_it_was():
+    buffer = ChatTokenBuffer(load_tiny_tokenizer(), None)
+    buffer.start("hello")
+    before = {name: array.copy() for name, array in buffer.as_arrays().items()}
+    with pytest.raises(ValueError):
+        buffer.append_generated([5, 6], [-0.1, "not a logprob"], [0, 0])
+    for name, array in buffer.as_arrays().items():
+        np.testing.assert_array_equal(array, before[name])
+    buffer.append_generated([5, 6], [-0.1, -0.2], [0, 0])  # the turn can still be appended
+    assert buffer.turn_spans == [[len(before["token_ids"]), len(before["token_ids"]) + 2]]

@@ -404,7 +404,8 @@ async def parts_d_and_b(url: str, tokenizer, sizes: BenchSizes) -> list[tuple]:
 
 @contextlib.contextmanager
 def running_on(core: int | None):
-    """This thread, and the threads it starts meanwhile, on ``core`` only (None: as they were)."""
+    """This thread on ``core`` only, until the block ends (None: as it was); threads it starts
+    meanwhile stay there after."""
     if core is None:
         yield
         return

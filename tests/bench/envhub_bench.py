@@ -92,10 +92,6 @@ def pinned(core: int | None):
     return None if core is None else (lambda: os.sched_setaffinity(0, {core}))
 
 
-def start_envhub(core: int | None, max_sessions: int) -> tuple[subprocess.Popen, str]:
-    return start_server([], max_sessions, core)
-
-
 def start_server(overrides: list[str], max_sessions: int, core: int | None = None) -> tuple[subprocess.Popen, str]:
     """An envhub with config overrides, pinned to `core` (None: unpinned; actor_bench and
     webnav_bench use it too)."""
@@ -369,7 +365,7 @@ def main() -> None:
           f"in {ROUNDS} interleaved turns")
     servers = []
     try:
-        envhub, envhub_url = start_envhub(server_core, max(args.sessions) + 16)
+        envhub, envhub_url = start_server([], max(args.sessions) + 16, server_core)
         servers.append(envhub)
         targets = [Target("envhub channel", envhub.pid, lambda n: EnvhubDriver(envhub_url, "channel", n)),
                    Target("envhub HTTP", envhub.pid, lambda n: EnvhubDriver(envhub_url, "http", n))]
@@ -390,7 +386,7 @@ def main() -> None:
             server.wait(30)
     memory = None
     if args.memory_episodes:
-        server, url = start_envhub(server_core, 256)
+        server, url = start_server([], 256, server_core)
         try:
             memory = asyncio.run(memory_growth(url, server.pid, args.memory_episodes))
         finally:
