@@ -60,8 +60,6 @@ class EpisodeOutcome:
     """How the episode went, filled in turn by turn."""
 
     reward: float = 0.0
-    score: float | None = None
-    """The env's ``info["score"]`` after the latest step (AgentGym's score so far), when it reports one."""
     success: bool = False
     terminated: bool = False
     truncated: bool = False
@@ -73,6 +71,7 @@ class EpisodeOutcome:
     turn_observations: list[int] = field(default_factory=list)
     turn_action_parsed: list[int] = field(default_factory=list)
     env_info: dict = field(default_factory=dict)
+    """The latest step's info: its ``score`` (AgentGym's score so far) is the episode's."""
     timings: dict = field(default_factory=lambda: {"generate_s": 0.0, "env_s": 0.0})
 
 
@@ -163,8 +162,7 @@ async def _turns(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sess
         out.turn_rewards.append(float(result.reward))
         out.turn_observations.append(observation_fingerprint(observation))
         out.turn_action_parsed.append(int(action_parsed(action, result.info)))
-        out.env_info = dict(result.info)
-        out.score = reported_score(result.info)
+        out.env_info = result.info  # the last step's; its score is read once, at the end
         if result.terminated or result.truncated:
             out.success = bool(result.info.get("success", False))
             out.terminated, out.truncated = result.terminated, result.truncated
@@ -261,7 +259,7 @@ def _trajectory(lease: TaskLease, index: int, actor_id: int, buf: ChatTokenBuffe
         turn_observations=np.asarray(out.turn_observations, dtype=np.uint64),
         turn_action_parsed=np.asarray(out.turn_action_parsed, dtype=np.uint8),
         reward=float(min(max(out.reward, 0.0), 1.0)), success=out.success,
-        score=out.score if out.status == "ok" else None,
+        score=reported_score(out.env_info) if out.status == "ok" else None,
         terminated=out.terminated, truncated=out.truncated, finish_reason=out.finish_reason,
         status=out.status, error=out.error, num_turns=out.num_turns, turn_cap=lease.turn_cap,
         timings=out.timings, env_info=_plain(out.env_info), purpose=lease.purpose,

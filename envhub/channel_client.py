@@ -30,6 +30,7 @@ from envhub.channel_frames import FLUSH_FRAMES, MAX_FRAME_BYTES, PROTOCOL_VERSIO
 from envhub.client import EnvClient, EnvClientError, SessionHandle, _malformed_answer
 
 EnvTransport = Literal["channel", "http"]
+_CREATE_ANSWER, _STEP_ANSWER = _malformed_answer("channel create"), _malformed_answer("channel step")
 
 
 def make_env_client(base_url: str, timeout_s: float = 30.0, transport: EnvTransport = "channel",
@@ -132,12 +133,12 @@ class ChannelEnvClient(EnvClient):
 
     async def create(self, env_id: str, task_id: str, seed: int) -> SessionHandle:
         body = await self._call("create", {"env_id": env_id, "task_id": task_id, "seed": seed})
-        with _malformed_answer("channel create"):
+        with _CREATE_ANSWER:
             return SessionHandle(body["session_id"], body["observation"], body["info"])
 
     async def step(self, session_id: str, action: str) -> StepResult:
         body = await self._call("step", {"session_id": session_id, "action": action})
-        with _malformed_answer("channel step"):
+        with _STEP_ANSWER:
             return StepResult(body["observation"], body["reward"], body["terminated"], body["truncated"], body["info"])
 
     async def close(self, session_id: str) -> None:

@@ -16,10 +16,9 @@ episodes (profiled with py-spy); aiohttp's costs a fraction of it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -145,12 +144,23 @@ class EnvClient:
         raise EnvClientError(status, f"{method} {path}: {_detail(text)}")
 
 
-@contextlib.contextmanager
-def _malformed_answer(call: str) -> Iterator[None]:
-    try:
-        yield
-    except (KeyError, TypeError, ValueError) as error:  # ValueError covers StepContractError and bad JSON
-        raise EnvClientError(None, f"{call}: malformed answer from server: {error!r}") from error
+class _malformed_answer:
+    """``with _malformed_answer(call):`` turns a missing key, a wrong type or a broken contract in
+    the server's answer into an ``EnvClientError`` naming the call. A class, not a generator
+    context manager (a third of the cost, on every step); it holds no state, so one instance per
+    call site serves every call."""
+
+    def __init__(self, call: str) -> None:
+        self.call = call
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: object) -> bool:
+        # ValueError covers StepContractError and bad JSON.
+        if kind is not None and issubclass(kind, (KeyError, TypeError, ValueError)):
+            raise EnvClientError(None, f"{self.call}: malformed answer from server: {error!r}") from error
+        return False
 
 
 def _detail(text: str) -> str:
