@@ -11,7 +11,9 @@ the same run, and asserts nothing.
     channel, >= 0.5 over HTTP); the best of 3 interleaved runs of each, the server pinned to one
     core and the bench to the other, as ``envhub_bench`` runs its load. The scripted policy's
     observations all repeat, so a last row at 64 runs with nothing remembered (``TranscriptTokens``
-    with empty caches), as when every observation is new.
+    with empty caches), as when every observation is new. A first row, without a goal, runs the
+    episodes against keydoor-v0 in this process (``InProcessEnvClient``: no server, no socket),
+    against the same env's steps alone: what the actor's own loop costs a turn, with the least noise.
 (b) The same episodes with the tiny model in the ``CpuEngine`` (continuous batching, prefix
     reuse): generated tokens/s at 1, 8 and 64 concurrent episodes, as a ratio of 1 at a time
     (goal >= 4x at 64).
@@ -62,8 +64,10 @@ from common.models import load_model, load_tokenizer, resolve_model
 from common.paths import default_cache_dir
 from common.protocol import TaskLease
 from common.weight_sync import WeightBroadcaster, WeightReceiver, plan_buckets
+from envhub import registry
+from envhub.base import ConversationStart, Environment, StepResult
 from envhub.channel_client import make_env_client
-from envhub.client import EnvClient
+from envhub.client import EnvClient, SessionHandle
 from learner.config import LearnerConfig
 from tests.bench.envhub_bench import REPO, cores, start_server
 from tests.bench.run_all import write_json
@@ -168,8 +172,37 @@ async def bare_steps_per_s(env: EnvClient, concurrency: int, steps: int) -> floa
     return concurrency * steps / elapsed_s
 
 
+class InProcessEnvClient:
+    """The calls an episode makes of its ``EnvClient``, answered by the env itself in this process:
+    no server, no socket, so the rows it serves show what the actor's own loop costs a turn."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Environment] = {}
+
+    async def create(self, env_id: str, task_id: str, seed: int) -> SessionHandle:
+        env = registry.make(env_id)
+        observation, info = await env.reset(task_id, seed)
+        session_id = f"in-process-{len(self._sessions)}-{seed}-{time.perf_counter_ns()}"
+        self._sessions[session_id] = env
+        return SessionHandle(session_id, observation, info)
+
+    async def step(self, session_id: str, action: str) -> StepResult:
+        await asyncio.sleep(0)  # as a real call waits for its answer, the loop runs the other episodes meanwhile
+        return await self._sessions[session_id].step(action)
+
+    async def close(self, session_id: str) -> None:
+        await self._sessions.pop(session_id).close()
+
+    async def conversation_start(self, env_id: str) -> ConversationStart:
+        return registry.conversation_start(env_id)
+
+
 async def part_a(url: str, tokenizer, sizes: BenchSizes) -> list[tuple]:
-    rows = []
+    # The episode loop alone first: a diagnostic without a goal (the server and the transport are what
+    # the goals are about), the least noisy figure of what a turn costs the actor itself.
+    loop_alone = scripted_deps(InProcessEnvClient(), tokenizer, TranscriptTokens(tokenizer, None))
+    await run_episodes(loop_alone, 4, 1, 2)
+    rows = [await scripted_row(loop_alone, "keydoor in process (no server)", "", CONCURRENCY_LEVELS[-1], sizes)]
     for transport, goal in (("channel", ">= 0.8"), ("http", ">= 0.5")):
         async with make_env_client(url, TIMEOUT_S, transport) as env:
             rows += await scripted_rows(env, transport, goal, tokenizer, sizes)
@@ -207,8 +240,9 @@ async def scripted_row(deps: EpisodeDeps, transport: str, goal: str, concurrency
         bare = max(bare, await bare_steps_per_s(deps.env, concurrency, sizes.scripted_turn_cap * episodes_per_slot))
         wall_s, trajectories = await run_episodes(deps, concurrency, episodes_per_slot, sizes.scripted_turn_cap)
         turns_per_s = max(turns_per_s, sum(t.num_turns for t in trajectories) / wall_s)
-    return (f"(a) scripted episodes, {transport}", f"{concurrency} concurrent", f"{turns_per_s:8.0f} turns/s",
-            f"{bare:8.0f} steps/s bare {transport}", turns_per_s / bare, goal)
+    return (f"(a) scripted episodes, {transport}", f"{concurrency} concurrent",
+            f"{turns_per_s:8.0f} turns/s ({1e6 / turns_per_s:.1f} us a turn)",
+            f"{bare:8.0f} steps/s bare {transport} ({1e6 / bare:.1f} us a step)", turns_per_s / bare, goal)
 
 
 def with_hit_rates(row: tuple, tokens: TranscriptTokens) -> tuple:
