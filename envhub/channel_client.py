@@ -27,10 +27,10 @@ import msgpack
 from common.auth import token_from_env
 from envhub.base import StepResult
 from envhub.channel_frames import FLUSH_FRAMES, MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameReader, FrameTooLarge, frame
-from envhub.client import EnvClient, EnvClientError, SessionHandle, _malformed_answer
+from envhub.client import EnvClient, EnvClientError, SessionHandle, _MalformedAnswer
 
 EnvTransport = Literal["channel", "http"]
-_CREATE_ANSWER, _STEP_ANSWER = _malformed_answer("channel create"), _malformed_answer("channel step")
+_CREATE_ANSWER, _STEP_ANSWER = _MalformedAnswer("channel create"), _MalformedAnswer("channel step")
 
 
 def make_env_client(base_url: str, timeout_s: float = 30.0, transport: EnvTransport = "channel",

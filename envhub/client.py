@@ -87,12 +87,12 @@ class EnvClient:
 
     async def create(self, env_id: str, task_id: str, seed: int) -> SessionHandle:
         body = await self._request("POST", "/sessions", {"env_id": env_id, "task_id": task_id, "seed": seed})
-        with _malformed_answer("POST /sessions"):
+        with _CREATE_ANSWER:
             return SessionHandle(body["session_id"], body["observation"], body["info"])
 
     async def step(self, session_id: str, action: str) -> StepResult:
         body = await self._request("POST", f"/sessions/{session_id}/step", {"action": action})
-        with _malformed_answer("POST /sessions/{id}/step"):
+        with _STEP_ANSWER:
             return StepResult(body["observation"], body["reward"], body["terminated"], body["truncated"], body["info"])
 
     async def close(self, session_id: str) -> None:
@@ -101,13 +101,13 @@ class EnvClient:
     async def conversation_start(self, env_id: str) -> ConversationStart:
         """What `env_id` shows before its first observation, under the server's options for it."""
         body = await self._request("GET", f"/envs/{env_id}/conversation")
-        with _malformed_answer("GET /envs/{id}/conversation"):
+        with _MalformedAnswer("GET /envs/{id}/conversation"):
             return ConversationStart.from_json(body)
 
     async def tasks(self, env_id: str, split: str) -> TaskList:
         """The task ids of `split` of `env_id` under the server's options for it (400: no such split)."""
         body = await self._request("GET", f"/envs/{quote(env_id, safe='')}/tasks?{urlencode({'split': split})}")
-        with _malformed_answer("GET /envs/{id}/tasks"):
+        with _MalformedAnswer("GET /envs/{id}/tasks"):
             return TaskList(body["env_id"], body["split"], [str(task_id) for task_id in body["task_ids"]],
                             int(body["max_turns"]))
 
@@ -139,13 +139,13 @@ class EnvClient:
         except asyncio.TimeoutError as error:
             raise EnvClientError(None, f"{method} {path} failed: timeout after {self._timeout.total} s") from error
         if 200 <= status < 300:
-            with _malformed_answer(f"{method} {path}"):
+            with _MalformedAnswer(f"{method} {path}"):
                 return json.loads(text)
         raise EnvClientError(status, f"{method} {path}: {_detail(text)}")
 
 
-class _malformed_answer:
-    """``with _malformed_answer(call):`` turns a missing key, a wrong type or a broken contract in
+class _MalformedAnswer:
+    """``with _MalformedAnswer(call):`` turns a missing key, a wrong type or a broken contract in
     the server's answer into an ``EnvClientError`` naming the call. A class, not a generator
     context manager (a third of the cost, on every step); it holds no state, so one instance per
     call site serves every call."""
@@ -161,6 +161,9 @@ class _malformed_answer:
         if kind is not None and issubclass(kind, (KeyError, TypeError, ValueError)):
             raise EnvClientError(None, f"{self.call}: malformed answer from server: {error!r}") from error
         return False
+
+
+_CREATE_ANSWER, _STEP_ANSWER = _MalformedAnswer("POST /sessions"), _MalformedAnswer("POST /sessions/{id}/step")
 
 
 def _detail(text: str) -> str:
