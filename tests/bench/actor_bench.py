@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
+import itertools
 import json
 import os
 import statistics
@@ -178,11 +179,12 @@ class InProcessEnvClient:
 
     def __init__(self) -> None:
         self._sessions: dict[str, Environment] = {}
+        self._session_numbers = itertools.count()
 
     async def create(self, env_id: str, task_id: str, seed: int) -> SessionHandle:
         env = registry.make(env_id)
         observation, info = await env.reset(task_id, seed)
-        session_id = f"in-process-{len(self._sessions)}-{seed}-{time.perf_counter_ns()}"
+        session_id = f"in-process-{next(self._session_numbers)}"
         self._sessions[session_id] = env
         return SessionHandle(session_id, observation, info)
 
