@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from transformers.utils.chat_template_utils import mark_control_tokens
 
+from common.wire_checks import sampled_turns_mask
+
 # Plain words: they survive any template and any tokenizer normalization unchanged.
 _FIRST_USER_SENTINEL = "LonghorizonFirstUserSentinel"
 _ASSISTANT_SENTINEL = "LonghorizonAssistantSentinel"
@@ -222,17 +224,15 @@ class ChatTokenBuffer:
     def as_arrays(self) -> dict[str, np.ndarray]:
         """The transcript as numpy arrays, ready for the wire."""
         n = len(self.token_ids)
-        loss_mask = np.zeros(n, np.uint8)
-        for start, end in self.turn_spans:
-            loss_mask[start:end] = 1
-        sampled = loss_mask.view(bool)
+        turn_spans = np.array(self.turn_spans, dtype=np.int32).reshape(-1, 2)
+        # The head's own rule (the loss mask is exactly the sampled turns), so the two agree by construction.
+        sampled = sampled_turns_mask(turn_spans, n)
         logprobs = np.zeros(n, np.float32)
         logprobs[sampled] = self._sampled_logprobs
         versions = np.full(n, -1, np.int32)
         versions[sampled] = self._sampled_versions
-        return {"token_ids": np.array(self.token_ids, dtype=np.int32), "loss_mask": loss_mask,
-                "logprobs": logprobs, "versions": versions,
-                "turn_spans": np.array(self.turn_spans, dtype=np.int32).reshape(-1, 2)}
+        return {"token_ids": np.array(self.token_ids, dtype=np.int32), "loss_mask": sampled.view(np.uint8),
+                "logprobs": logprobs, "versions": versions, "turn_spans": turn_spans}
 
 
 def opening_token_ids(tokenizer, system_prompt: str | None, preamble: Sequence[tuple[str, str]],

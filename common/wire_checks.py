@@ -84,7 +84,7 @@ def _arrays_plainly_valid(t: Any) -> bool:
     order, then name the first that fails (``tests/test_wire_fuzz.py`` holds the two to agree)."""
     if not _shapes_plainly_valid(t):
         return False
-    covered = _sampled_turns_mask(t.turn_spans, len(t.token_ids))
+    covered = sampled_turns_mask(t.turn_spans, len(t.token_ids))
     return covered is not None and _values_plainly_valid(t.token_ids, t.behavior_logprobs, t.token_versions,
                                                          t.loss_mask, covered, t.turn_rewards, t.turn_action_parsed)
 
@@ -157,13 +157,13 @@ def _check_turn_spans(t: Any) -> None:
     require(spans.ndim == 2 and spans.shape[1] == 2, "bad_turn_spans", f"turn_spans shape {spans.shape}, not [n, 2]")
     require(t.num_turns <= len(spans) <= t.num_turns + 1, "bad_turn_spans",
             f"{len(spans)} sampled turns for {t.num_turns} env turns")  # +1: the reply the env never got
-    covered = _sampled_turns_mask(spans, len(t.loss_mask))
+    covered = sampled_turns_mask(spans, len(t.loss_mask))
     require(covered is not None, "bad_turn_spans", "turn_spans are not ordered [start, end) inside the tokens")
     require(covered.tobytes() == sampled_mask(t).tobytes(), "bad_turn_spans",
             "the loss mask is not exactly the sampled turns")
 
 
-def _sampled_turns_mask(spans: np.ndarray, n: int) -> np.ndarray | None:
+def sampled_turns_mask(spans: np.ndarray, n: int) -> np.ndarray | None:
     """The ``n`` tokens as booleans, True inside a ``[start, end)`` of ``spans`` ([k, 2]); None
     unless the spans are ordered and inside the tokens."""
     # 0, start, end, start, end, ..., n: ordered [start, end) spans inside the tokens are exactly a
