@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from envhub.channel_client import make_env_client
-from envhub.channel_frames import FrameReader, frame
+from envhub.channel_frames import PROTOCOL_VERSION, FrameReader, frame
 from envhub.client import EnvClientError
 
 BROKEN_ANSWERS = {
@@ -61,7 +61,7 @@ async def _serve_channel(reader: asyncio.StreamReader, writer: asyncio.StreamWri
     while data := await reader.read(65536):
         for body in frames.feed(data):
             request_id, op, _ = msgpack.unpackb(body)
-            reply = {"protocol": 1} if op == "hello" else answer
+            reply = {"protocol": PROTOCOL_VERSION} if op == "hello" else answer
             writer.write(frame(msgpack.packb([request_id, 201 if op == "create" else 200, reply])))
         await writer.drain()
     writer.close()
