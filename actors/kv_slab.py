@@ -20,6 +20,8 @@ CPU); its rows cannot be rewritten in place for a sequence that joins, nor gathe
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
@@ -30,11 +32,16 @@ _MIN_HEADROOM_COLUMNS = 64
 
 
 class _SlabLayer(DynamicLayer):
-    """What the model's attention layer ``layer_index`` sees: writes go into the slab in place."""
+    """What the model's attention layer ``layer_index`` sees: writes go into the slab in place.
+
+    It holds its slab by a weak reference: the slab holds its cache, which holds these layers, and
+    a strong reference back would make every slab a reference cycle, whose buffers (hundreds of MB
+    for a real model: every prefill makes a slab) only Python's rare full collections free. Measured
+    so: an actor's memory went from 0.9 to 5.6 GB over 10 rounds of 8 SmolLM2 BabyAI episodes."""
 
     def __init__(self, slab: KvSlab, layer_index: int):
         super().__init__()
-        self._slab, self._layer_index = slab, layer_index
+        self._slab, self._layer_index = weakref.proxy(slab), layer_index
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
