@@ -40,6 +40,7 @@ from actors.decode_batch import DecodeBatch, EngineRequest, Newcomer, prefill, p
 from actors.engine_api import EngineError, Generation, SamplingParams
 from actors.kv_slab import RowKv
 from actors.prefix_cache import CachedPrefix, PrefixCache
+from common.heap import HeapTrimmer
 
 __all__ = ["CpuEngine", "EngineError", "Generation", "SamplingParams"]
 
@@ -77,10 +78,13 @@ class CpuEngine:
 
     def __init__(self, model: torch.nn.Module, max_batch_size: int = 32, seed: int = 0,
                  max_queued_requests: int = 1024, max_cached_prefix_tokens: int = 65536,
-                 initial_version: int = 0):
+                 initial_version: int = 0, heap_trim_interval_s: float | None = 30.0):
         """``max_cached_prefix_tokens`` bounds the prefix cache; 0 turns prefix reuse off. A
         cached token costs 2 x layers x kv_heads x head_dim x dtype bytes (tiny model: 2 KiB).
-        ``initial_version``: the policy version of ``model``'s weights (non-zero on a resume)."""
+        ``initial_version``: the policy version of ``model``'s weights (non-zero on a resume).
+        ``heap_trim_interval_s``: how often, at most, the worker hands the heap's freed memory
+        back to the OS between two steps (``common/heap.py``: without it an actor's resident memory
+        grows with fragments of freed tensors); None: never."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if max_queued_requests < 1:
@@ -118,6 +122,8 @@ class CpuEngine:
         self.reused_tokens = 0
         """Prompt tokens whose KV states came from the prefix cache instead of a forward pass."""
         self._deferred_steps = 0
+        self.heap = HeapTrimmer(heap_trim_interval_s)
+        """Trims the heap now and then; ``heap.trims`` counts how often it has."""
         self.busy_cpu_s = 0.0
         """CPU seconds the worker thread spent serving (forward passes and bookkeeping, not idle
         waits): per generated token it measures batching efficiency even on a contended machine."""
@@ -282,6 +288,7 @@ class CpuEngine:
                     break
                 started_cpu_s = time.thread_time()
                 self._step(newcomers)
+                self.heap.maybe_trim()
                 self.busy_cpu_s += time.thread_time() - started_cpu_s
         except Exception as error:
             logger.exception("cpu engine worker crashed")
