@@ -3,11 +3,12 @@
 Why a long-running torch process needs it: CPU tensors come from malloc, and glibc serves blocks
 under its mmap threshold from heaps, raising that threshold to the size of each large block freed
 (up to 32 MB). The transient tensors of prefills and decode steps (MBs each, their sizes changing
-with every batch) thus end up in heaps that fragment: freed, yet still resident. Measured on an
-actor's engine with SmolLM2 (8 BabyAI episodes a round, new weights after each): resident memory
-went 2.0 -> 3.6 GB over 6 rounds with no more live tensors; ``malloc_trim(0)`` once a round kept it
-at 1.9 GB, for 20-65 ms a call. A fixed ``MALLOC_MMAP_THRESHOLD_`` kept it flat too, but made each
-round ~40 % slower (every large tensor a fresh mapping, page-faulted in).
+with every batch) thus end up in heaps that fragment: freed, yet still resident. Measured with
+SmolLM2: an actor's engine (8 BabyAI episodes a round, new weights after each) went 2.0 -> 3.8 GB
+over 6 rounds with no more live tensors, and ``malloc_trim(0)`` once a round kept it at 1.9-2.0 GB,
+for 20-65 ms a call; the learner went 3.3 -> 5.1 GB over 8 steps, and trimmed after each step
+2.5 -> 2.7 GB (``tests/bench/memory_growth_bench.py``). A fixed ``MALLOC_MMAP_THRESHOLD_`` kept the
+actor flat too, but made each round ~40 % slower (every large tensor a fresh mapping, page-faulted in).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from common.config import Config
+from common.heap import trim_heap
 from learner.batching import Batch
 from learner.checkpoint import save_checkpoint
 from learner.distributed import mean_over_ranks, world
@@ -39,7 +40,11 @@ class ShardedPolicy:
     def train(self, batch: Batch) -> dict[str, float]:
         """Optimizer step(s) on the whole batch, the same on every rank (collective); each rank
         trains on its own rows and the update equals the one-rank update."""
-        return mean_over_ranks(self.trainer.step(batch))
+        scalars = self.trainer.step(batch)
+        # The step's transient tensors, freed, would stay resident as heap fragments: measured on
+        # SmolLM2, 3.9 -> 5.8 GB over 8 steps untrimmed, flat at 2.5 GB trimmed (common/heap.py).
+        trim_heap()
+        return mean_over_ranks(scalars)
 
     def weights_for_actors(self) -> UnshardedParameters:
         """Unsharded weights in ``model.dtype``, the actors' (the float32 masters stay here), gathered

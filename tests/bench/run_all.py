@@ -38,8 +38,8 @@ if not __package__:  # run as a script, not with -m: import the project from the
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 REPO = Path(__file__).resolve().parents[2]
-BENCHES = ("envhub_bench", "actor_bench", "actor_memory_bench", "engine_bench", "learner_bench", "learner_memory_bench",
-           "async_bench", "ingest_bench", "webnav_bench", "format_bench", "learning_bench")
+BENCHES = ("envhub_bench", "actor_bench", "memory_growth_bench", "engine_bench", "learner_bench",
+           "learner_memory_bench", "async_bench", "ingest_bench", "webnav_bench", "format_bench", "learning_bench")
 FULL_ONLY = ("learning_bench",)
 """Benches with no small mode (two learning runs take ~9 minutes): left out of ``--quick``."""
 COLUMNS = ("bench", "figure", "value", "baseline", "ratio", "goal", "met?")
