@@ -10,14 +10,10 @@ import torch
 from actors.cpu_engine import CpuEngine, SamplingParams
 from common import heap
 from common.heap import HeapTrimmer
+from tests.bench.memory_growth_bench import resident_mb
 from tests.test_engine import tiny_model
 
 needs_malloc_trim = pytest.mark.skipif(heap._MALLOC_TRIM is None, reason="no glibc malloc_trim here")
-
-
-def resident_mb() -> float:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
 
 
 @needs_malloc_trim

@@ -43,6 +43,7 @@ from pathlib import Path
 if not __package__:  # run as a script, not with -m: import the project from the repo root as -m does
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.bench.learner_memory_bench import _memory_kib
 from tests.bench.run_all import BENCH_ENV, REPO, write_json
 
 MODEL = "smollm2-135m"
@@ -58,8 +59,7 @@ GOAL = "<= 1.1"
 
 
 def resident_mb() -> float:
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+    return _memory_kib("VmRSS") / 1024
 
 
 # ----------------------------------------------------------------------------- (a) actor
@@ -121,8 +121,13 @@ def learner_steps(trimmed: bool, steps: int, cache_dir: str) -> dict:
 
     cfg = load_config(CONFIG)
     torch.set_num_threads(cfg.learner.torch_threads)
-    if not trimmed:
-        learner.policy.trim_heap = lambda: False
+    trims, trim_heap = [], learner.policy.trim_heap
+
+    def counted_trim() -> bool:  # the baseline's is a no-op
+        trims.append(trimmed)
+        return trimmed and trim_heap()
+
+    learner.policy.trim_heap = counted_trim
     init_process_group(0, 1, "127.0.0.1", free_port())
     path = resolve_model(MODEL, cache_dir)
     policy = ShardedPolicy(cfg, str(path))
@@ -136,7 +141,7 @@ def learner_steps(trimmed: bool, steps: int, cache_dir: str) -> dict:
         seconds.append(time.perf_counter() - started_s)
         del batch
         resident.append(resident_mb())
-    return {"resident_mb": resident, "seconds": seconds, "trims": steps if trimmed else 0}
+    return {"resident_mb": resident, "seconds": seconds, "trims": sum(trims)}
 
 
 # ----------------------------------------------------------------------------- (c) shapes
