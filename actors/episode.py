@@ -254,7 +254,7 @@ def _trajectory(lease: TaskLease, index: int, actor_id: int, buf: ChatTokenBuffe
         actor_id=actor_id, episode_index=index, group_size=lease.group_size,
         token_ids=arrays["token_ids"], loss_mask=arrays["loss_mask"],
         behavior_logprobs=arrays["logprobs"], token_versions=arrays["versions"],
-        turn_spans=arrays["turn_spans"].reshape(-1, 2).astype(np.int32),
+        turn_spans=arrays["turn_spans"].reshape(-1, 2).astype(np.int32, copy=False),
         turn_rewards=np.asarray(out.turn_rewards, dtype=np.float32),
         turn_observations=np.asarray(out.turn_observations, dtype=np.uint64),
         turn_action_parsed=np.asarray(out.turn_action_parsed, dtype=np.uint8),
