@@ -47,12 +47,31 @@ class Batch:
     turns: BatchTurns | None = None  # every turn's reward and anchor state; None if not recorded
     stale_tokens: int = 0  # sampled tokens taken off loss_mask as too stale (rank 0's count)
 
+    def padded_to_multiple(self, multiple: int) -> Batch:
+        """The same batch, right-padded with masked columns to a width that is a multiple of
+        ``multiple`` (``LearnerConfig.width_multiple``); itself when it already is."""
+        width = self.token_ids.shape[1]
+        extra = round_up(width, multiple) - width
+        if extra == 0:
+            return self
+        fills = {"token_ids": 0, "attention_mask": 0, "loss_mask": 0.0, "behavior_logprobs": 0.0,
+                 "token_versions": -1}
+        padded = {name: torch.nn.functional.pad(getattr(self, name), (0, extra), value=fill)
+                  for name, fill in fills.items()}
+        return Batch(**padded, rewards=self.rewards, group_index=self.group_index, episodes=self.episodes,
+                     turns=self.turns, stale_tokens=self.stale_tokens)
+
     def to(self, device: torch.device) -> Batch:
         """The same batch with every tensor on ``device`` (the learner's GPU, on GPU machines)."""
         moved = {name: getattr(self, name).to(device) for name in
                  ("token_ids", "attention_mask", "loss_mask", "behavior_logprobs", "token_versions", "rewards",
                   "group_index")}
         return Batch(**moved, episodes=self.episodes, turns=self.turns, stale_tokens=self.stale_tokens)
+
+
+def round_up(tokens: int, multiple: int) -> int:
+    """``tokens`` rounded up to a multiple of ``multiple``."""
+    return -(-tokens // multiple) * multiple
 
 
 def policy_lag(episode: Trajectory, version: int) -> int:

@@ -148,7 +148,7 @@ class Trainer:
         rank's rows; loss terms are this rank's share of the batch loss times the world size, so
         their mean over ranks (``learner.distributed.mean_over_ranks``) is the batch loss.
         """
-        batch = batch.to(learner_device())
+        batch = batch.to(learner_device()).padded_to_multiple(self.cfg.width_multiple)
         self.policy.train()
         if self.critic is not None:
             self.critic.model.train()  # from_pretrained leaves it in eval, where HF skips checkpointing
@@ -260,8 +260,10 @@ class Trainer:
         """This rank's micro-batches of ``rows``, padded with dummies to the count of the rank
         with the most (every FSDP forward and backward is a collective)."""
         lengths = batch.attention_mask[rows].sum(dim=1)
-        plan = [MicroBatch(positions, int(lengths[positions].max()), False)
-                for positions in plan_micro_batches(lengths, self.cfg.micro_batch_tokens)]
+        multiple = self.cfg.width_multiple  # widths as the forward passes see them (the batch is padded so)
+        widths = (lengths + multiple - 1) // multiple * multiple
+        plan = [MicroBatch(positions, int(widths[positions].max()), False)
+                for positions in plan_micro_batches(widths, self.cfg.micro_batch_tokens)]
         count = torch.tensor(len(plan))
         if self.world_size > 1 and self.cfg.micro_batch_tokens > 0:
             dist.all_reduce(count, op=dist.ReduceOp.MAX)

@@ -90,6 +90,34 @@ def test_batched_logprobs_match_an_unpadded_forward_pass(attn_implementation):
         torch.testing.assert_close(torch.tensor(generation.logprobs), torch.tensor(expected), atol=1e-4, rtol=0)
 
 
+def test_prefills_run_at_few_widths_and_their_logprobs_match_an_unpadded_forward_pass():
+    # bf16 matmuls on CPU keep memory for every new row count (actors/decode_batch.py, prefill_width):
+    # 24 prompts of 24 lengths are prefilled at no more than 12 widths, padding none of them by more
+    # than an eighth beyond 128 tokens, and sampled exactly as an unpadded pass would.
+    model = tiny_model()
+    widths = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: widths.append(kwargs["input_ids"].shape[1]),
+                                    with_kwargs=True)
+    engine = CpuEngine(model, max_cached_prefix_tokens=0)
+    prompts = [[(length + i) % (VOCAB_SIZE - 1) + 1 for i in range(length)] for length in range(141, 285, 6)]
+
+    async def one_at_a_time():
+        engine.start()
+        try:
+            return [await engine.generate(p, SamplingParams(max_new_tokens=2)) for p in prompts]
+        finally:
+            engine.stop()
+
+    generations = asyncio.run(one_at_a_time())
+    prefill_widths = [w for w in widths if w > 1]  # decode steps run one token a row
+    assert len(prefill_widths) == len(prompts)
+    assert len(set(prefill_widths)) <= len(prompts) // 2, sorted(set(prefill_widths))
+    assert all(len(p) <= w <= len(p) * 9 / 8 for p, w in zip(prompts, prefill_widths))
+    for prompt, generation in zip(prompts, generations):
+        expected = reference_logprobs(model, prompt, generation.token_ids, 1.0)
+        torch.testing.assert_close(torch.tensor(generation.logprobs), torch.tensor(expected), atol=1e-4, rtol=0)
+
+
 def test_concurrent_requests_are_batched():
     engine = CpuEngine(tiny_model(), max_batch_size=32)
 

@@ -323,7 +323,7 @@ def test_sum_norm_update_of_the_same_rows_does_not_depend_on_a_longer_unrelated_
 MEMORY_CASE = dict(advantage="gae", kl_coef=0.1, entropy_coef=0.01, seq_mask_low=0.5, seq_mask_high=2.0)
 
 
-def _one_step(model_path: str, learner: dict, loss_agg: str = "token-mean"):
+def _one_step(model_path: str, learner: dict, loss_agg: str = "token-mean", observe=None):
     norm = {"loss_norm_tokens": 32} if loss_agg == "seq-mean-token-sum-norm" else {}
     trainer = Trainer.build(model_path, "float32",
                             make_cfg(learner=learner, loss_agg=loss_agg, **norm, **MEMORY_CASE), TEMPERATURE)
@@ -333,6 +333,8 @@ def _one_step(model_path: str, learner: dict, loss_agg: str = "token-mean"):
     trainer.critic.optimizer = torch.optim.SGD(trainer.critic.model.parameters(), lr=0.1)
     batch = make_batch(trainer.policy, behavior_shift=0.0)
     batch.behavior_logprobs[2] -= 1.0 * LOSS_MASK[2]
+    if observe is not None:
+        observe(trainer)
     scalars = trainer.step(batch)
     weights = {**{f"policy.{k}": v for k, v in full_parameters(trainer.policy).items()},
                **{f"critic.{k}": v for k, v in full_parameters(trainer.critic.model).items()}}
@@ -368,18 +370,48 @@ def test_gradient_accumulation_makes_the_same_update(model_path, loss_agg):
 def test_no_grad_passes_keep_to_the_micro_batch_budget(model_path):
     # Proximal (for the sequence mask), reference and critic passes run before the update; with a
     # budget of 20 tokens each of them, like the update's, sees one 14-token row at a time.
-    trainer = Trainer.build(model_path, "float32", make_cfg(learner={"micro_batch_tokens": 20}, **MEMORY_CASE),
-                            TEMPERATURE)
+    trainer = Trainer.build(model_path, "float32", make_cfg(learner={"micro_batch_tokens": 20, "width_multiple": 1},
+                                                            **MEMORY_CASE), TEMPERATURE)
     batch = make_batch(trainer.policy)
-    tokens = {"policy": [], "reference": [], "critic": []}
-    for name, module in (("policy", trainer.policy), ("reference", trainer.reference),
-                         ("critic", trainer.critic.model)):
-        def record(module, args, kwargs, seen=tokens[name]):
-            seen.append((kwargs["input_ids"] if "input_ids" in kwargs else args[0]).numel())
-        module.register_forward_pre_hook(record, with_kwargs=True)
+    tokens = _forward_tokens(trainer)
     trainer.step(batch)
     assert all(seen for seen in tokens.values()), tokens
     assert max(max(seen) for seen in tokens.values()) <= 20, tokens
+
+
+@pytest.mark.parametrize("micro_batch_tokens", [0, 32])
+def test_forward_widths_are_rounded_to_the_width_multiple_and_the_update_is_the_same(model_path, micro_batch_tokens):
+    # bf16 matmuls on CPU keep memory for every new row count (LearnerConfig.width_multiple): every
+    # forward, with or without gradient, sees widths that are multiples of it, and nothing else changes.
+    widths = {}
+    rounded = _one_step(model_path, {"micro_batch_tokens": micro_batch_tokens, "width_multiple": 8},
+                        observe=lambda trainer: widths.update(rounded=_forward_widths(trainer)))
+    exact = _one_step(model_path, {"micro_batch_tokens": micro_batch_tokens, "width_multiple": 1},
+                      observe=lambda trainer: widths.update(exact=_forward_widths(trainer)))
+    _assert_same_update(exact, rounded)
+    seen = {name: {width for calls in by_model.values() for width in calls if width > 2}  # 2: a rank's stand-in
+            for name, by_model in widths.items()}
+    assert seen["rounded"] and all(width % 8 == 0 for width in seen["rounded"]), widths
+    assert any(width % 8 for width in seen["exact"]), widths  # LENGTHS are not multiples of 8
+
+
+def _forward_inputs(trainer: Trainer, measure) -> dict[str, list[int]]:
+    """``measure(input_ids)`` of every forward call of the policy, reference and critic, as they happen."""
+    seen = {"policy": [], "reference": [], "critic": []}
+    for name, module in (("policy", trainer.policy), ("reference", trainer.reference),
+                         ("critic", trainer.critic.model)):
+        def record(module, args, kwargs, into=seen[name]):
+            into.append(measure(kwargs["input_ids"] if "input_ids" in kwargs else args[0]))
+        module.register_forward_pre_hook(record, with_kwargs=True)
+    return seen
+
+
+def _forward_tokens(trainer: Trainer) -> dict[str, list[int]]:
+    return _forward_inputs(trainer, lambda ids: ids.numel())
+
+
+def _forward_widths(trainer: Trainer) -> dict[str, list[int]]:
+    return _forward_inputs(trainer, lambda ids: ids.shape[1])
 
 
 def _layer_calls_in_one_step(model_path: str, activation_checkpointing: bool) -> tuple[int, int]:
