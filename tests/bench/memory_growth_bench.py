@@ -14,9 +14,11 @@ after every round (actor) or step (learner):
     lengths drawn anew every step. As shipped it trims the heap after every step; the baseline is
     the same with ``learner.policy.trim_heap`` made a no-op.
 
-(c) why the learner still grows, as shipped: one bf16 ``linear`` (576 -> 1,536, a SmolLM2 MLP's) over
-    1,200 inputs of 300-1,800 rows, a new row count nearly every call, against the same 1,200 calls
-    all of one row count; resident memory grown, and the time of each.
+(c) why forward widths are rounded (``learner.width_multiple``, the engine's ``prefill_width``): one
+    bf16 ``linear`` (576 -> 1,536, a SmolLM2 MLP's) over 1,200 inputs of 300-1,800 rows, a new row
+    count nearly every call, against the same 1,200 calls all of one row count, and against the same
+    row counts rounded up to a multiple of 64, as the learner pads them; resident memory grown, and the
+    time of each.
 
 Rows of (a) and (b): each configuration's growth (the most resident memory read in the run's second half
 over the most of its first half, once buffers, caches and optimizer state have their size: a peak,
@@ -147,15 +149,22 @@ def learner_steps(trimmed: bool, steps: int, cache_dir: str) -> dict:
 # ----------------------------------------------------------------------------- (c) shapes
 
 
+ROUNDED_TO = 64
+"""``LearnerConfig.width_multiple``'s default."""
+
+
 def bf16_linear_growth(calls: int = 1200) -> dict:
-    """Resident MB grown and seconds over ``calls`` bf16 linears of varying, then of one row count."""
+    """Resident MB grown and seconds over ``calls`` bf16 linears of one row count, of varying ones, and of
+    those rounded up to a multiple of 64 (``learner.width_multiple``'s default)."""
     import torch
 
     torch.set_num_threads(2)
     weight = torch.randn(1536, 576, dtype=torch.bfloat16)
     sizes = random.Random(0).choices(range(EPISODE_TOKENS[0], EPISODE_TOKENS[1] + 1), k=calls)
     result = {}
-    for name, rows in (("one row count", [1000] * calls), ("varying row counts", sizes)):
+    rounded = [-(-m // ROUNDED_TO) * ROUNDED_TO for m in sizes]
+    # Rounded before varying: the varying calls would have made many of the rounded counts already.
+    for name, rows in (("one row count", [1000] * calls), ("rounded", rounded), ("varying row counts", sizes)):
         started_mb, started_s = resident_mb(), time.perf_counter()
         for m in rows:
             torch.nn.functional.linear(torch.randn(m, 576, dtype=torch.bfloat16), weight)
@@ -232,6 +241,10 @@ def main() -> None:
                  f"{varying['grown_mb']:.0f} MB in {varying['seconds']:.1f} s",
                  f"one row count {one['grown_mb']:.0f} MB in {one['seconds']:.1f} s",
                  varying["grown_mb"] / max(one["grown_mb"], 1.0), ""))
+    rounded = shapes["rounded"]
+    rows.append((f"(c) the same rounded up to a multiple of {ROUNDED_TO} ({rounded['shapes']} row counts), as the "
+                 "learner pads them", f"{rounded['grown_mb']:.0f} MB in {rounded['seconds']:.1f} s",
+                 f"one row count {one['grown_mb']:.0f} MB", rounded["grown_mb"] / max(one["grown_mb"], 1.0), ""))
     for figure, value, baseline, ratio, goal in rows:
         print(f"{figure}: {value} | {baseline} | {ratio:.2f} {goal}")
     write_json(args.json, "memory_growth_bench", rows)
