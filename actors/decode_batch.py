@@ -111,7 +111,8 @@ def prefill_width(tokens: int) -> int:
     """The width a prefill of ``tokens`` runs at: a multiple of 16 up to 128, beyond that one of 8
     steps per doubling (at most 1/8 padding). On CPU, bfloat16 matmuls (oneDNN) keep ~2 MB of
     SmolLM2's for good for every new row count they meet: 400 prefills of free widths grew an
-    engine by 940 MB, of rounded widths by none (README, "Memory over a run")."""
+    engine by 940 MB and rising, of rounded widths by 290 MB, all of it in the first 100 (README,
+    "Memory over a run")."""
     if tokens <= 128:
         return -(-tokens // 16) * 16
     step = 1 << (tokens.bit_length() - 4)

@@ -69,8 +69,8 @@ class Batch:
         return Batch(**moved, episodes=self.episodes, turns=self.turns, stale_tokens=self.stale_tokens)
 
 
-def round_up(tokens: int, multiple: int) -> int:
-    """``tokens`` rounded up to a multiple of ``multiple``."""
+def round_up(tokens, multiple: int):
+    """``tokens`` (an int or an integer tensor) rounded up to a multiple of ``multiple``."""
     return -(-tokens // multiple) * multiple
 
 

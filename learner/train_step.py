@@ -50,7 +50,7 @@ from learner.advantages import (
     turn_rewards_summing_to,
     turn_token_rewards,
 )
-from learner.batching import Batch
+from learner.batching import Batch, round_up
 from learner.config import LearnerConfig
 from learner.critic import Critic
 from learner.distributed import deal_by_tokens, world
@@ -260,8 +260,7 @@ class Trainer:
         """This rank's micro-batches of ``rows``, padded with dummies to the count of the rank
         with the most (every FSDP forward and backward is a collective)."""
         lengths = batch.attention_mask[rows].sum(dim=1)
-        multiple = self.cfg.width_multiple  # widths as the forward passes see them (the batch is padded so)
-        widths = (lengths + multiple - 1) // multiple * multiple
+        widths = round_up(lengths, self.cfg.width_multiple)  # as the forward passes see them (the batch is padded so)
         plan = [MicroBatch(positions, int(widths[positions].max()), False)
                 for positions in plan_micro_batches(widths, self.cfg.micro_batch_tokens)]
         count = torch.tensor(len(plan))
