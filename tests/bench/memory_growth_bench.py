@@ -17,7 +17,7 @@ after every round (actor) or step (learner):
 (c) why forward widths are rounded (``learner.width_multiple``, the engine's ``prefill_width``): one
     bf16 ``linear`` (576 -> 1,536, a SmolLM2 MLP's) over 1,200 inputs of 300-1,800 rows, a new row
     count nearly every call, against the same 1,200 calls all of one row count, and against the same
-    row counts rounded up to a multiple of 64, as the learner pads them; resident memory grown, and the
+    row counts rounded up to ``learner.width_multiple`` (64), as the learner pads them; resident memory grown, and the
     time of each.
 
 Rows of (a) and (b): each configuration's growth (the most resident memory read in the run's second half
@@ -149,27 +149,27 @@ def learner_steps(trimmed: bool, steps: int, cache_dir: str) -> dict:
 # ----------------------------------------------------------------------------- (c) shapes
 
 
-ROUNDED_TO = 64
-"""``LearnerConfig.width_multiple``'s default."""
-
-
 def bf16_linear_growth(calls: int = 1200) -> dict:
     """Resident MB grown and seconds over ``calls`` bf16 linears of one row count, of varying ones, and of
-    those rounded up to a multiple of 64 (``learner.width_multiple``'s default)."""
+    those rounded up to a multiple of ``learner.width_multiple``'s default, as the learner pads them."""
     import torch
+
+    from learner.batching import round_up
+    from learner.config import LearnerConfig
 
     torch.set_num_threads(2)
     weight = torch.randn(1536, 576, dtype=torch.bfloat16)
     sizes = random.Random(0).choices(range(EPISODE_TOKENS[0], EPISODE_TOKENS[1] + 1), k=calls)
     result = {}
-    rounded = [-(-m // ROUNDED_TO) * ROUNDED_TO for m in sizes]
+    multiple = LearnerConfig().width_multiple
+    rounded = [round_up(m, multiple) for m in sizes]
     # Rounded before varying: the varying calls would have made many of the rounded counts already.
     for name, rows in (("one row count", [1000] * calls), ("rounded", rounded), ("varying row counts", sizes)):
         started_mb, started_s = resident_mb(), time.perf_counter()
         for m in rows:
             torch.nn.functional.linear(torch.randn(m, 576, dtype=torch.bfloat16), weight)
         result[name] = {"grown_mb": resident_mb() - started_mb, "seconds": time.perf_counter() - started_s,
-                        "shapes": len(set(rows))}
+                        "shapes": len(set(rows)), "multiple": multiple}
     return result
 
 
@@ -242,8 +242,8 @@ def main() -> None:
                  f"one row count {one['grown_mb']:.0f} MB in {one['seconds']:.1f} s",
                  varying["grown_mb"] / max(one["grown_mb"], 1.0), ""))
     rounded = shapes["rounded"]
-    rows.append((f"(c) the same rounded up to a multiple of {ROUNDED_TO} ({rounded['shapes']} row counts), as the "
-                 "learner pads them", f"{rounded['grown_mb']:.0f} MB in {rounded['seconds']:.1f} s",
+    rows.append((f"(c) the same rounded up to a multiple of {rounded['multiple']} ({rounded['shapes']} row counts), "
+                 "as the learner pads them", f"{rounded['grown_mb']:.0f} MB in {rounded['seconds']:.1f} s",
                  f"one row count {one['grown_mb']:.0f} MB", rounded["grown_mb"] / max(one["grown_mb"], 1.0), ""))
     for figure, value, baseline, ratio, goal in rows:
         print(f"{figure}: {value} | {baseline} | {ratio:.2f} {goal}")
