@@ -17,7 +17,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import msgpack
 import numpy as np
 
 from common import typed_build, wire_checks, wire_fast_path, wire_payloads
@@ -240,38 +239,40 @@ def encode(message: Any) -> bytes:
 # ---------------------------------------------------------------------------------- decoding
 
 
-IN_PLACE_MIN_BYTES = 1 << 16
-"""Frames from this size on have their array payloads decoded in place (``common/wire_payloads.py``)."""
-
-
 def decode(data: bytes | memoryview, expected: type | tuple[type, ...] | None = None) -> Any:
     """Parse and validate msgpack bytes into a protocol message; ``ProtocolError`` if malformed.
-    The message may keep ``data``: the arrays of a large frame are read-only views of it, not copies
-    (so pass ``bytes``, or a buffer nothing writes to afterwards, as a received ZeroMQ frame)."""
+    The message may keep ``data``: its arrays are read-only views of it, not copies (so pass
+    ``bytes``, or a buffer nothing writes to afterwards, as a received ZeroMQ frame)."""
+    # The fast path takes a well-formed frame; anything it doubts gets unpacked and checked field
+    # by field, which names what is wrong.
+    message = _fast_decoder().decode(data)
+    if message is None:
+        message = _decode_checked(data)
+    cls = type(message)
+    if expected is not None and not issubclass(cls, expected):
+        raise ProtocolError(f"unexpected message type {cls.__name__} here", "unexpected_type")
     try:
-        envelope = _unpack(data)
-    except Exception as exc:  # msgpack raises several unrelated types for garbage input
-        raise ProtocolError(f"not valid msgpack: {exc}", "not_msgpack") from None
-    return _from_envelope(envelope, expected)
+        wire_checks.CHECKS[cls.__name__](message)
+    except wire_checks.MeaningError as exc:
+        raise ProtocolError(f"{cls.__name__}: {exc}", exc.reason) from None
+    return message
 
 
-def _unpack(data: bytes | memoryview) -> Any:
-    if len(data) >= IN_PLACE_MIN_BYTES:
-        envelope = wire_payloads.unpack(data, _array_fields, raw=False, strict_map_key=True)
-        if envelope is not None:
-            return envelope
-    return msgpack.unpackb(data, raw=False, strict_map_key=True, ext_hook=_refuse_ext)
-
-
-def _refuse_ext(code: int, data: bytes) -> Any:
-    raise ValueError(f"msgpack extension type {code}: no message carries one")
+@functools.cache
+def _fast_decoder() -> wire_fast_path.FastDecoder:
+    return wire_fast_path.FastDecoder(MESSAGE_TYPES.values(), SCHEMA_VERSION)
 
 
 _ENVELOPE_KEYS = frozenset({"type", "schema", "body"})
-_fast_plan = functools.cache(wire_fast_path.plan_for)
 
 
-def _from_envelope(envelope: Any, expected: type | tuple[type, ...] | None) -> Any:
+def _decode_checked(data: bytes | memoryview) -> Any:
+    """The message in ``data``, unpacked whole and built field by field; ``ProtocolError`` says
+    what is wrong."""
+    try:
+        envelope = wire_fast_path.unpack(data)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage input
+        raise ProtocolError(f"not valid msgpack: {exc}", "not_msgpack") from None
     if not isinstance(envelope, dict) or envelope.keys() != _ENVELOPE_KEYS:
         raise ProtocolError("envelope must be a map with exactly type, schema, body", "bad_envelope")
     if envelope["schema"] != SCHEMA_VERSION:
@@ -281,19 +282,7 @@ def _from_envelope(envelope: Any, expected: type | tuple[type, ...] | None) -> A
     if cls is None:
         raise ProtocolError(f"unknown message type {envelope['type']!r}; known: {sorted(MESSAGE_TYPES)}",
                             "unknown_type")
-    if expected is not None and not issubclass(cls, expected):
-        raise ProtocolError(f"unexpected message type {cls.__name__} here", "unexpected_type")
-    # The fast plan takes the common, well-formed body; anything it doubts gets the field-by-field
-    # check, which names what is wrong.
-    plan = _fast_plan(cls)
-    message = plan.build(envelope["body"]) if plan is not None else None
-    if message is None:
-        message = _build(cls, envelope["body"], cls.__name__)
-    try:
-        wire_checks.CHECKS[cls.__name__](message)
-    except wire_checks.MeaningError as exc:
-        raise ProtocolError(f"{cls.__name__}: {exc}", exc.reason) from None
-    return message
+    return _build(cls, envelope["body"], cls.__name__)
 
 
 def _build(cls: type, body: Any, where: str) -> Any:
@@ -323,7 +312,7 @@ def _decode_array(value: Any, dtype: np.dtype, where: str) -> np.ndarray:
     if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_ARRAY_DIMS or \
             not all(type(d) is int and d >= 0 for d in shape):  # type, not isinstance: a bool is no size
         raise ProtocolError(f"{where}: bad shape {shape!r}", "bad_array")
-    data = value["data"]  # bytes, or a memoryview of the frame (``_unpack``): the same bytes in place
+    data = value["data"]
     # Python ints: a shape like [2**32, 2**32] must not wrap to 0 elements as it would in int64.
     expected_nbytes = math.prod(shape) * dtype.itemsize
     if not isinstance(data, (bytes, memoryview)) or len(data) != expected_nbytes:

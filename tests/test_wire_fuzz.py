@@ -7,14 +7,16 @@ replaced by any msgpack value; an array's dtype, shape or data changed):
   and the rollout metrics run on it (before the meaning checks, one such episode killed the learner);
 - no frame makes the head's message handler raise, and a valid episode afterwards still
   completes its group;
-- the decoder's fast paths (the fast plan, the array screen, payloads left in place) decide every
-  frame as the field-by-field path does, with the same error.
+- the decoder's fast paths (msgspec's typed decoding, the array screen) decide every frame as the
+  field-by-field path does, with the same error, and leave arrays in the frame.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -23,7 +25,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common import protocol, wire_checks, wire_payloads
+from common import protocol, wire_checks
 from common.protocol import (
     ActorStats,
     Control,
@@ -176,23 +178,42 @@ def decided(frame: bytes) -> tuple[str, str | bytes]:
         return exc.reason, str(exc)
 
 
+def assert_the_fast_path_agrees(frame: bytes) -> Any:
+    """The fast decoder takes ``frame`` only as the field-by-field path builds it (the same message),
+    or leaves it to that path; returns what the fast decoder made of it (None: left)."""
+    fast = protocol._fast_decoder().decode(frame)
+    try:
+        checked = protocol._decode_checked(frame)
+    except ProtocolError:
+        assert fast is None  # the fast path passed on it, and the full check says why
+        return None
+    assert fast is None or (type(fast) is type(checked) and protocol.encode(fast) == protocol.encode(checked))
+    return fast
+
+
 @FUZZ
 @given(mutated_frames())
-def test_the_fast_plan_builds_what_the_field_by_field_check_builds(frame):
-    try:
-        envelope = msgpack.unpackb(frame, strict_map_key=True)
-        cls = protocol.MESSAGE_TYPES[envelope["type"]]
-        body = envelope["body"]
-    except Exception:  # not a frame with a known type and a body: the plan never sees it
-        return
-    plan = protocol._fast_plan(cls)  # None for a type with a field only the full check takes (a list)
-    fast = plan.build(body) if plan is not None else None
-    try:
-        checked = protocol._build(cls, body, cls.__name__)
-    except ProtocolError:
-        assert fast is None  # the plan passed on it, and the full check says why
-        return
-    assert fast is None or protocol.encode(fast) == protocol.encode(checked)
+def test_the_fast_path_builds_what_the_field_by_field_check_builds(frame):
+    assert_the_fast_path_agrees(frame)
+
+
+def long_episodes() -> st.SearchStrategy[Trajectory]:
+    """Valid episodes whose token arrays are kilobytes long, as a long context makes them."""
+    return st.builds(lambda episode, context: dataclasses.replace(
+        episode, token_ids=np.concatenate([np.full(context, 7, np.int32), episode.token_ids]),
+        loss_mask=np.concatenate([np.zeros(context, np.uint8), episode.loss_mask]),
+        behavior_logprobs=np.concatenate([np.zeros(context, np.float32), episode.behavior_logprobs]),
+        token_versions=np.concatenate([np.full(context, -1, np.int32), episode.token_versions]),
+        turn_spans=episode.turn_spans + context), trajectories(), st.integers(64, 600))
+
+
+@FUZZ
+@given(mutated_frames(long_episodes()))
+def test_the_fast_path_leaves_arrays_in_the_frame_and_builds_what_the_field_by_field_check_builds(frame):
+    fast = assert_the_fast_path_agrees(frame)
+    if isinstance(fast, Trajectory) and fast.token_ids.size:
+        assert np.shares_memory(fast.token_ids, np.frombuffer(frame, np.uint8))
+        assert not fast.token_ids.flags.writeable
 
 
 @FUZZ
@@ -212,29 +233,15 @@ def test_the_array_screen_passes_only_episodes_the_array_rules_pass(frame):
 @given(trajectories())
 def test_a_valid_episode_takes_both_fast_paths(episode):
     """The two properties above hold for paths that are never taken, too: valid episodes take them."""
-    body = msgpack.unpackb(protocol.encode(episode))["body"]
-    assert protocol._fast_plan(Trajectory).build(body) is not None
+    assert protocol._fast_decoder().decode(protocol.encode(episode)) is not None
     assert wire_checks._arrays_plainly_valid(protocol.decode(protocol.encode(episode)))
 
 
-def long_episodes() -> st.SearchStrategy[Trajectory]:
-    """Valid episodes whose token arrays are kilobytes long, as a long context makes them."""
-    return st.builds(lambda episode, context: dataclasses.replace(
-        episode, token_ids=np.concatenate([np.full(context, 7, np.int32), episode.token_ids]),
-        loss_mask=np.concatenate([np.zeros(context, np.uint8), episode.loss_mask]),
-        behavior_logprobs=np.concatenate([np.zeros(context, np.float32), episode.behavior_logprobs]),
-        token_versions=np.concatenate([np.full(context, -1, np.int32), episode.token_versions]),
-        turn_spans=episode.turn_spans + context), trajectories(), st.integers(64, 600))
-
-
-@FUZZ
-@given(frame=mutated_frames(long_episodes()))
-def test_a_frame_decoded_in_place_is_decided_as_one_copied(frame, monkeypatch):
-    monkeypatch.setattr(protocol, "IN_PLACE_MIN_BYTES", 1 << 40)
-    copied = decided(frame)
-    monkeypatch.setattr(protocol, "IN_PLACE_MIN_BYTES", 0)
-    monkeypatch.setattr(wire_payloads, "MIN_PAYLOAD_BYTES", 256)
-    assert decided(frame) == copied
+def test_every_message_the_actors_and_the_head_exchange_at_volume_takes_the_fast_path():
+    for message in (make_trajectory(), ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {"env_error": 1}), GroupJoin(2, 7),
+                    LeaseRequest(0, 2), TaskLease("l", "g", "keydoor-v0", "1", 7, 4, 3, 1024, 2, 1.5e9),
+                    TrainedSample("l", "g", 0, 3, 0.5, np.array([0.5, -1.0], np.float32))):
+        assert protocol._fast_decoder().decode(protocol.encode(message)) is not None, type(message).__name__
 
 
 def long_episode(n: int) -> Trajectory:
@@ -243,30 +250,38 @@ def long_episode(n: int) -> Trajectory:
                                loss_mask=np.isin(np.arange(n), [2, 3, *range(6, n)]).astype(np.uint8))
 
 
-def in_place_frame(**changes) -> bytes:
-    """A long valid episode with the wire body ``changes``, as a peer could send it."""
+def map_of(pairs: list[tuple[str, Any]]) -> bytes:
+    """A msgpack map of ``pairs`` as they are, a key twice if it is there twice."""
+    return msgpack.Packer().pack_map_header(len(pairs)) + b"".join(map(msgpack.packb, itertools.chain(*pairs)))
+
+
+def episode_frame(*extra_pairs: tuple[str, Any], **changes) -> bytes:
+    """A long valid episode with the wire body ``changes``, then ``extra_pairs`` appended to the body's
+    map as they are (a key twice, as a peer could send it)."""
     envelope = msgpack.unpackb(protocol.encode(long_episode(3000)))
-    envelope["body"].update(changes)
-    return msgpack.packb(envelope)
+    body = map_of([*{**envelope["body"], **changes}.items(), *extra_pairs])
+    return map_of([("type", envelope["type"]), ("schema", envelope["schema"])]).replace(b"\x82", b"\x83", 1) + \
+        msgpack.packb("body") + body
 
 
-@pytest.mark.parametrize("changes, in_place", [
-    ({}, True),
-    # The bytes of a "data" key and a bin header, inside a string before the arrays: a false match.
-    ({"lease_id": "\u00a4data\u0150A"}, False),
-    ({"env_info": {"data": bytes(5000)}}, False),  # a large bin after a "data" key, but no array's
-    ({"env_info": {"data": msgpack.ExtType(wire_payloads.PLACEHOLDER_EXT, bytes(8))}}, False),  # forged
+@pytest.mark.parametrize("frame, decision", [
+    (episode_frame(), "message"),
+    # The bytes of a "data" key and a bin header, inside a string before the arrays.
+    (episode_frame(lease_id="\u00a4data\u0150A"), "message"),
+    (episode_frame(env_info={"data": bytes(5000)}), "message"),  # a large bin after a "data" key, but no array's
+    (episode_frame(env_info={"room": {1: "attic"}}), "not_msgpack"),  # a key msgpack refuses and msgspec takes
+    (episode_frame(env_info={"room": msgpack.ExtType(0x55, bytes(8))}), "not_msgpack"),  # no message has one
+    (episode_frame(timings={"episode_s": 3}), "message"),  # an int for a float: both paths make it 3.0
+    (episode_frame(reward=float("nan")), "out_of_range"),
+    (episode_frame(("reward", 0.0)), "message"),  # a key twice: the last one counts, on both paths
+    (episode_frame(("actor_id", True)), "bad_field"),
+    (episode_frame(("actor_id", 1), actor_id=True), "message"),  # msgspec refuses the first, msgpack keeps the last
 ])
-def test_only_array_payloads_stay_in_place_and_nothing_else_changes(changes, in_place, monkeypatch):
-    frame = in_place_frame(**changes)
-    monkeypatch.setattr(protocol, "IN_PLACE_MIN_BYTES", 1 << 40)
-    copied = decided(frame)
-    monkeypatch.setattr(protocol, "IN_PLACE_MIN_BYTES", 0)
-    assert decided(frame) == copied
-    if copied[0] == "message":
-        episode = protocol.decode(frame)
-        assert not episode.token_ids.flags.writeable  # read-only, a view or a copy
-        assert np.shares_memory(episode.token_ids, np.frombuffer(frame, np.uint8)) == in_place
+def test_frames_the_fast_path_could_misread_are_decided_as_field_by_field(frame, decision):
+    fast = assert_the_fast_path_agrees(frame)
+    assert decided(frame)[0] == decision
+    if fast is not None:
+        assert np.shares_memory(fast.token_ids, np.frombuffer(frame, np.uint8))  # in place, never copied
 
 
 def test_encoded_payloads_are_aligned_and_any_msgpack_reader_sees_the_same_message():
@@ -274,7 +289,7 @@ def test_encoded_payloads_are_aligned_and_any_msgpack_reader_sees_the_same_messa
     frame = protocol.encode(episode)
     plain = msgpack.packb({"type": "Trajectory", "schema": protocol.SCHEMA_VERSION, "body": protocol._to_wire(episode)})
     assert msgpack.unpackb(frame) == msgpack.unpackb(plain)
-    decoded = protocol.decode(frame)  # over IN_PLACE_MIN_BYTES: its large arrays stay in the frame
+    decoded = protocol.decode(frame)
     assert np.shares_memory(decoded.token_ids, np.frombuffer(frame, np.uint8))
     for name in ("token_ids", "loss_mask", "behavior_logprobs", "token_versions", "turn_spans", "turn_observations"):
         array = getattr(decoded, name)
