@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -243,19 +245,66 @@ def decode(data: bytes | memoryview, expected: type | tuple[type, ...] | None = 
     """Parse and validate msgpack bytes into a protocol message; ``ProtocolError`` if malformed.
     The message may keep ``data``: its arrays are read-only views of it, not copies (so pass
     ``bytes``, or a buffer nothing writes to afterwards, as a received ZeroMQ frame)."""
+    message = _decode_unchecked(data, expected)
+    _check(message)
+    return message
+
+
+BATCH_SCREEN_MAX_TOKENS = 4096
+"""``decode_many`` screens the arrays of episodes up to this long together: for longer ones the
+numpy calls' fixed cost is small, and joining their arrays would be one more pass over them."""
+
+
+def decode_many(frames: Sequence[bytes | memoryview], expected: type | tuple[type, ...] | None = None) -> list[Any]:
+    """``decode`` of each frame, in order: the message, or the ``ProtocolError`` it raised. The
+    array rules of the short episodes among them are screened in one pass over all of them
+    (``wire_checks.batch_plainly_valid``); each is checked on its own when the screen fails."""
+    decoded = []
+    for frame in frames:
+        try:
+            decoded.append(_decode_unchecked(frame, expected))
+        except ProtocolError as exc:
+            decoded.append(exc)
+    short = [type(m) is Trajectory and len(m.token_ids) <= BATCH_SCREEN_MAX_TOKENS for m in decoded]
+    batch = list(itertools.compress(decoded, short))
+    screened = len(batch) > 1 and wire_checks.batch_plainly_valid(batch)
+    results = []
+    for message, in_batch in zip(decoded, short):
+        if not isinstance(message, ProtocolError):
+            try:
+                _check(message, arrays_screened=screened and in_batch)
+            except ProtocolError as exc:
+                message = exc
+        results.append(message)
+    return results
+
+
+def _decode_unchecked(data: bytes | memoryview, expected: type | tuple[type, ...] | None) -> Any:
+    """The message in ``data``, well typed but not yet checked for meaning."""
     # The fast path takes a well-formed frame; anything it doubts gets unpacked and checked field
     # by field, which names what is wrong.
     message = _fast_decoder().decode(data)
     if message is None:
-        message = _decode_checked(data)
-    cls = type(message)
+        return _decode_checked(data, expected)
+    _check_expected(type(message), expected)
+    return message
+
+
+def _check_expected(cls: type, expected: type | tuple[type, ...] | None) -> None:
     if expected is not None and not issubclass(cls, expected):
         raise ProtocolError(f"unexpected message type {cls.__name__} here", "unexpected_type")
+
+
+def _check(message: Any, arrays_screened: bool = False) -> None:
+    """Raise ``ProtocolError`` unless ``message`` means something valid (``common/wire_checks.py``)."""
+    name = type(message).__name__
     try:
-        wire_checks.CHECKS[cls.__name__](message)
+        if arrays_screened:
+            wire_checks.CHECKS[name](message, arrays_screened=True)
+        else:
+            wire_checks.CHECKS[name](message)
     except wire_checks.MeaningError as exc:
-        raise ProtocolError(f"{cls.__name__}: {exc}", exc.reason) from None
-    return message
+        raise ProtocolError(f"{name}: {exc}", exc.reason) from None
 
 
 @functools.cache
@@ -266,9 +315,9 @@ def _fast_decoder() -> wire_fast_path.FastDecoder:
 _ENVELOPE_KEYS = frozenset({"type", "schema", "body"})
 
 
-def _decode_checked(data: bytes | memoryview) -> Any:
+def _decode_checked(data: bytes | memoryview, expected: type | tuple[type, ...] | None = None) -> Any:
     """The message in ``data``, unpacked whole and built field by field; ``ProtocolError`` says
-    what is wrong."""
+    what is wrong (a message of a type not ``expected`` here, before anything in its body)."""
     try:
         envelope = wire_fast_path.unpack(data)
     except Exception as exc:  # msgpack raises several unrelated types for garbage input
@@ -282,6 +331,7 @@ def _decode_checked(data: bytes | memoryview) -> Any:
     if cls is None:
         raise ProtocolError(f"unknown message type {envelope['type']!r}; known: {sorted(MESSAGE_TYPES)}",
                             "unknown_type")
+    _check_expected(cls, expected)
     return _build(cls, envelope["body"], cls.__name__)
 
 

@@ -69,6 +69,18 @@ class Inbox:
             self.reject(exc.reason, str(exc))
             return None
 
+    def parse_many(self, frames: list[bytes | memoryview],
+                   expected: type | tuple[type, ...] | None = None) -> list[Any | None]:
+        """``parse`` of each frame, in order; short episodes among them are checked together
+        (``protocol.decode_many``)."""
+        parsed = []
+        for result in protocol.decode_many(frames, expected):
+            if isinstance(result, protocol.ProtocolError):
+                self.reject(result.reason, str(result))
+                result = None
+            parsed.append(result)
+        return parsed
+
     def reject(self, reason: str, detail: str) -> None:
         """Count one rejected message by ``reason``; log the first ones and then every 1000th, so a
         flood of garbage cannot flood the log."""

@@ -12,7 +12,8 @@ episode answers) is checked where that context lives: ``learner/head.py``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,7 +60,9 @@ def text(value: str, name: str, allow_empty: bool = False) -> None:
 # ---------------------------------------------------------------------------------- trajectory
 
 
-def check_trajectory(t: Any) -> None:
+def check_trajectory(t: Any, arrays_screened: bool = False) -> None:
+    """``arrays_screened``: ``t`` was in a batch that passed ``batch_plainly_valid``, so its array
+    rules hold."""
     for name in ("lease_id", "group_id", "env_id", "task_id"):
         text(getattr(t, name), name)
     text(t.error, "error", allow_empty=True)
@@ -69,7 +72,7 @@ def check_trajectory(t: Any) -> None:
     count_in_range(t.turn_cap, "turn_cap", low=1)
     count_in_range(t.num_turns, "num_turns", high=t.turn_cap)
     # The array rules one by one take ~20 numpy calls; a valid episode passes them all in 11.
-    if not _arrays_plainly_valid(t):
+    if not (arrays_screened or _arrays_plainly_valid(t)):
         _check_token_arrays(t)
         _check_turn_spans(t)
         _check_turn_arrays(t)
@@ -87,6 +90,66 @@ def _arrays_plainly_valid(t: Any) -> bool:
     covered = sampled_turns_mask(t.turn_spans, len(t.token_ids))
     return covered is not None and _values_plainly_valid(t.token_ids, t.behavior_logprobs, t.token_versions,
                                                          t.loss_mask, covered, t.turn_rewards, t.turn_action_parsed)
+
+
+def batch_plainly_valid(batch: Sequence[Any]) -> bool:
+    """True only when every episode of ``batch`` passes every rule ``_arrays_plainly_valid`` screens,
+    by one pass of each over all their arrays at once: a 1k-token episode's arrays take ~10 numpy
+    calls of ~1 us fixed cost each, and a drained batch shares them. False when one may not (then
+    each episode is checked on its own, and the failing one says why). Every screened rule holds for
+    all episodes exactly when it holds over their concatenation: each is a minimum, a maximum, a
+    finite sum or, for the loss mask, equality block by block."""
+    if not all(map(_shapes_plainly_valid, batch)):
+        return False
+    covered = _batch_sampled_turns_mask(batch)
+    if covered is None:
+        return False
+    ids, logprobs, versions, mask, turn_rewards, action_parsed = (
+        concatenated([getattr(t, name) for t in batch], name) for name in _SCREENED_ARRAYS)
+    return _values_plainly_valid(ids, logprobs, versions, mask, covered, turn_rewards, action_parsed)
+
+
+_SCREENED_ARRAYS = ("token_ids", "behavior_logprobs", "token_versions", "loss_mask", "turn_rewards",
+                    "turn_action_parsed")
+_scratch = threading.local()
+
+
+def concatenated(arrays: Sequence[np.ndarray], slot: str) -> np.ndarray:
+    """``np.concatenate(arrays)`` (one dtype, at least one array), written into a buffer this
+    thread keeps for ``slot``: valid until its next call for the same slot. A fresh 0.25 MB array
+    per drained batch had glibc hand its pages back and fault them in again: 7.7 against 1.3 us an
+    episode for the batch's six arrays."""
+    total = sum(map(len, arrays))
+    buffer = getattr(_scratch, slot, None)
+    if buffer is None or buffer.dtype != arrays[0].dtype or len(buffer) < total:
+        buffer = np.empty(max(total, 2 * len(buffer) if buffer is not None else 0), arrays[0].dtype)
+        setattr(_scratch, slot, buffer)
+    return np.concatenate(arrays, out=buffer[:total])
+
+
+def _batch_sampled_turns_mask(batch: Sequence[Any]) -> np.ndarray | None:
+    """``sampled_turns_mask`` of each episode of ``batch``, concatenated; None unless every
+    episode's spans are ordered and inside its tokens."""
+    # One row of edges for all: each episode's block is its first token, its span edges, its end,
+    # all shifted by where its tokens start. A block has an even number of edges, and the run from
+    # one block's end to the next one's start is empty, so the runs keep alternating 0s and 1s
+    # from block to block, and the row is non-decreasing exactly when every block is in order.
+    lengths = np.fromiter((len(t.token_ids) for t in batch), np.int64, len(batch))
+    span_edges = np.fromiter((t.turn_spans.size for t in batch), np.int64, len(batch))
+    ends = np.cumsum(lengths)
+    block_sizes = span_edges + 2
+    block_ends = np.cumsum(block_sizes) - 1
+    edges = np.empty(block_ends[-1] + 1, np.int64)
+    inner = np.ones(len(edges), bool)
+    inner[block_ends] = inner[block_ends - block_sizes + 1] = False
+    edges[inner] = np.concatenate([t.turn_spans.ravel() for t in batch]) + np.repeat(ends - lengths, span_edges)
+    edges[block_ends] = ends
+    edges[block_ends - block_sizes + 1] = ends - lengths
+    runs = edges[1:] - edges[:-1]
+    try:
+        return np.repeat(np.arange(len(runs)) % 2 == 1, runs)
+    except ValueError:  # a negative run: spans out of order or outside their episode's tokens
+        return None
 
 
 def _shapes_plainly_valid(t: Any) -> bool:

@@ -237,6 +237,21 @@ def test_a_valid_episode_takes_both_fast_paths(episode):
     assert wire_checks._arrays_plainly_valid(protocol.decode(protocol.encode(episode)))
 
 
+@FUZZ
+@given(st.lists(mutated_frames(trajectories()) | trajectories().map(protocol.encode), min_size=2, max_size=6))
+def test_frames_decoded_together_are_decided_as_each_alone(frames):
+    """``decode_many`` screens the episodes' arrays together: only how fast, never what, it decides."""
+    together = [(r.reason, str(r)) if isinstance(r, ProtocolError) else ("message", protocol.encode(r))
+                for r in protocol.decode_many(frames)]
+    assert together == [decided(frame) for frame in frames]
+
+
+@FUZZ
+@given(st.lists(trajectories(), min_size=2, max_size=6))
+def test_valid_episodes_pass_the_batch_screen(episodes):
+    assert wire_checks.batch_plainly_valid([protocol.decode(protocol.encode(e)) for e in episodes])
+
+
 def test_every_message_the_actors_and_the_head_exchange_at_volume_takes_the_fast_path():
     for message in (make_trajectory(), ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {"env_error": 1}), GroupJoin(2, 7),
                     LeaseRequest(0, 2), TaskLease("l", "g", "keydoor-v0", "1", 7, 4, 3, 1024, 2, 1.5e9),
@@ -362,9 +377,18 @@ def test_the_head_rejects_episodes_that_contradict_their_lease_or_model():
             server._on_push([protocol.encode(episode)])
             assert server.ledger().get(f"rejected/{reason}") == 1, reason
         assert server._open[lease.lease_id].episodes == []
+        server._on_pushes([[protocol.encode(episode)] for episode in cases.values()])  # decoded together
+        for reason in cases:
+            assert server.ledger().get(f"rejected/{reason}") == 2, reason
+        assert server._open[lease.lease_id].episodes == []
         server.expect_version(future)  # those weights went out: now it is an honest episode
         server._on_push([protocol.encode(cases["version_from_the_future"])])
         assert len(server._open[lease.lease_id].episodes) == 1
+        # Decoded together with a valid one, a contradicting episode is still found out.
+        server._on_pushes([[protocol.encode(dataclasses.replace(cases["bad_token_ids"], episode_index=1))],
+                           [protocol.encode(dataclasses.replace(valid, episode_index=1))]])
+        assert server.ledger().get("rejected/bad_token_ids") == 3
+        assert sorted(e.episode_index for e in server.groups.get_nowait().episodes) == [0, 1]
     finally:
         server.stop()
 
@@ -394,13 +418,13 @@ def test_a_handler_bug_drops_one_message_and_counts_it(monkeypatch):
     server = HeadServer(sampler, poll_ms=5)
     calls = []
 
-    def flaky_stats(frames):
-        calls.append(frames)
+    def flaky_stats(*message):
+        calls.append(message)
         if len(calls) == 1:
             raise KeyError("a bug one message exposed")
-        return HeadServer._on_push(server, frames)
+        return HeadServer._on_message(server, *message)
 
-    monkeypatch.setattr(server, "_on_push", flaky_stats)
+    monkeypatch.setattr(server, "_on_message", flaky_stats)
     server.start()
     push = zmq.Context.instance().socket(zmq.PUSH)
     push.connect(server.trajectory_address)
