@@ -4,7 +4,8 @@ Every message travels as msgpack: ``{"type": <name>, "schema": SCHEMA_VERSION, "
 Arrays travel as ``{"dtype": "<i4", "shape": [n], "data": <raw little-endian bytes>}``, never as
 Python lists: a 30k-token trajectory as a list of ints is ~5x larger and ~50x slower to decode.
 No pickle anywhere. ``decode`` validates every field against the declared type annotation (with the
-config's validator, ``common/typed_build.py``, behind a fast plan for well-formed bodies) and raises
+config's validator, ``common/typed_build.py``, behind msgspec's typed decoding of well-formed frames,
+``common/wire_fast_path.py``) and what it means (``common/wire_checks.py``), and raises
 ``ProtocolError`` (one error type) for anything malformed, so receivers can reject and count bad
 messages instead of crashing.
 """
