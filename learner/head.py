@@ -255,6 +255,7 @@ class HeadServer:
                 break
 
     def _on_pushes(self, batch: list[list[memoryview]]) -> None:
+        """Messages pushed by actors, each a list of frames (one is a message; more are rejected)."""
         single = [frames[0] for frames in batch if len(frames) == 1]
         self._inbox.rejected["bad_frames"] += len(batch) - len(single)
         try:
@@ -267,10 +268,6 @@ class HeadServer:
             return
         for frame, message in zip(single, messages):
             self._handle_one(self._on_message, frame, message, model_checked)
-
-    def _on_push(self, frames: list[bytes | memoryview]) -> None:
-        """One pushed message, as ``_drain_pushes`` handles it."""
-        self._on_pushes([frames])
 
     def _wake_consumers(self) -> None:
         """Wake whoever waits for a group, once a drained batch rather than once a group: a thread

@@ -339,10 +339,10 @@ def open_lease(server: HeadServer) -> TaskLease:
 def test_no_frame_breaks_the_heads_ingest(head, data):
     lease = open_lease(head)
     valid = data.draw(trajectories(lease, episode_index=0))
-    for _ in range(3):
-        head._on_push([data.draw(mutated_frames(st.just(valid) | MESSAGES))])  # must not raise
-    head._on_push([protocol.encode(dataclasses.replace(valid, episode_index=1))])
-    head._on_push([protocol.encode(valid)])
+    mutants = [data.draw(mutated_frames(st.just(valid) | MESSAGES)) for _ in range(3)]
+    # Taken together, as the head takes what it drained: the mutants must not raise nor spoil the rest.
+    head._on_pushes([[frame] for frame in [*mutants, protocol.encode(dataclasses.replace(valid, episode_index=1)),
+                                           protocol.encode(valid)]])
     group = head._open.get(lease.lease_id)
     if group is None:  # completed: its two episodes, one per index, and nothing a mutant slipped in
         done = head.groups.get_nowait()
@@ -374,7 +374,7 @@ def test_the_head_rejects_episodes_that_contradict_their_lease_or_model():
                 valid, token_versions=np.where(valid.loss_mask.astype(bool), future, -1).astype(np.int32)),
         }
         for reason, episode in cases.items():
-            server._on_push([protocol.encode(episode)])
+            server._on_pushes([[protocol.encode(episode)]])
             assert server.ledger().get(f"rejected/{reason}") == 1, reason
         assert server._open[lease.lease_id].episodes == []
         server._on_pushes([[protocol.encode(episode)] for episode in cases.values()])  # decoded together
@@ -382,7 +382,7 @@ def test_the_head_rejects_episodes_that_contradict_their_lease_or_model():
             assert server.ledger().get(f"rejected/{reason}") == 2, reason
         assert server._open[lease.lease_id].episodes == []
         server.expect_version(future)  # those weights went out: now it is an honest episode
-        server._on_push([protocol.encode(cases["version_from_the_future"])])
+        server._on_pushes([[protocol.encode(cases["version_from_the_future"])]])
         assert len(server._open[lease.lease_id].episodes) == 1
         # Decoded together with a valid one, a contradicting episode is still found out.
         server._on_pushes([[protocol.encode(dataclasses.replace(cases["bad_token_ids"], episode_index=1))],
