@@ -257,7 +257,8 @@ class HeadServer:
     def _on_pushes(self, batch: list[list[memoryview]]) -> None:
         """Messages pushed by actors, each a list of frames (one is a message; more are rejected)."""
         single = [frames[0] for frames in batch if len(frames) == 1]
-        self._inbox.rejected["bad_frames"] += len(batch) - len(single)
+        if len(single) < len(batch):
+            self._inbox.rejected["bad_frames"] += len(batch) - len(single)
         try:
             messages = self._inbox.parse_many(single, (Trajectory, ActorStats, GroupJoin))
             model_checked = self._within_the_model([m for m in messages if type(m) is Trajectory])

@@ -393,6 +393,23 @@ def test_the_head_rejects_episodes_that_contradict_their_lease_or_model():
         server.stop()
 
 
+def test_a_message_of_several_frames_is_rejected_and_the_rest_of_its_batch_taken(head):
+    lease = open_lease(head)
+    episodes = [protocol.encode(make_trajectory_for(lease, index)) for index in (0, 1)]
+    rejected = head.ledger().get("rejected/bad_frames", 0)
+    head._on_pushes([[episodes[0], episodes[1]], [episodes[0]], [episodes[1]]])
+    assert head.ledger()["rejected/bad_frames"] == rejected + 1
+    assert sorted(e.episode_index for e in head.groups.get_nowait().episodes) == [0, 1]
+    head.consume(1)
+
+
+def make_trajectory_for(lease: TaskLease, episode_index: int) -> Trajectory:
+    return dataclasses.replace(make_trajectory(), lease_id=lease.lease_id, group_id=lease.group_id,
+                               env_id=lease.env_id, task_id=lease.task_id, episode_index=episode_index,
+                               group_size=lease.group_size, turn_cap=lease.turn_cap,
+                               token_versions=np.full(7, lease.policy_version, np.int32))
+
+
 def test_a_dead_ingest_thread_fails_the_training_loop_saying_why():
     """Before, the thread died with nothing reported and the run hung at its next step."""
     sampler = TaskSampler({"keydoor-v0": ["1"]}, group_size=2, groups_per_step=1, max_policy_lag=2,
