@@ -361,7 +361,7 @@ def _decode_array(value: Any, dtype: np.dtype, where: str) -> np.ndarray:
         raise ProtocolError(f"{where}: dtype {value['dtype']!r}, expected {dtype.str!r}", "bad_array")
     shape = value["shape"]
     if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_ARRAY_DIMS or \
-            not all(type(d) is int and d >= 0 for d in shape):  # type, not isinstance: a bool is no size
+            not all(type(d) is int and 0 <= d <= wire_checks.MAX_ARRAY_DIM for d in shape):  # type: a bool is no size
         raise ProtocolError(f"{where}: bad shape {shape!r}", "bad_array")
     data = value["data"]
     # Python ints: a shape like [2**32, 2**32] must not wrap to 0 elements as it would in int64.

@@ -20,6 +20,9 @@ import numpy as np
 
 MAX_ID = 2**31 - 1
 """Ids, versions and counts travel as msgpack ints (up to 64 bits); ours fit int32 everywhere."""
+MAX_ARRAY_DIM = 2**31 - 1
+"""The longest any dimension of a wire array may be: numpy refuses even an empty array of shape
+``[0, 2**62]`` (its size overflows), and no frame holds 2**31 elements."""
 MAX_TEXT = 1 << 16
 """Longest id or error string a message may carry (an error text is cut to 500 by actors)."""
 WEIGHT_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4,

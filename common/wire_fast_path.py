@@ -22,13 +22,15 @@ import dataclasses
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import msgpack
 import msgspec
 import numpy as np
+
+from common.wire_checks import MAX_ARRAY_DIM
 
 _FINITE_FLOAT = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
 """A float the field-by-field check keeps: NaN and the infinities fail one of the bounds."""
@@ -40,7 +42,7 @@ class WireArray(msgspec.Struct, forbid_unknown_fields=True):
     """An array on the wire (``protocol._to_wire``): its bytes stay where the frame holds them."""
 
     dtype: str
-    shape: list[Annotated[int, msgspec.Meta(ge=0)]]
+    shape: list[Annotated[int, msgspec.Meta(ge=0, le=MAX_ARRAY_DIM)]]
     data: memoryview
 
 
@@ -60,26 +62,17 @@ class _MessagePlan:
     arrays: tuple[_ArrayField, ...]
     loose_maps: tuple[str, ...]
     """``dict[str, Any]`` fields: raw msgpack in the struct, unpacked by msgpack itself."""
-    defaults: tuple[tuple[str, Callable[[], Any]], ...]
-    """Fields a body may leave out, each with what the dataclass gives it then."""
 
     def build(self, body: msgspec.Struct) -> Any | None:
         fields = msgspec.structs.asdict(body)
-        for name, default in self.defaults:
-            if fields[name] is msgspec.UNSET:
-                fields[name] = default()
         for array in self.arrays:
-            value = fields[array.name]
-            if type(value) is WireArray:  # not a default
-                fields[array.name] = _array_or_none(value, array)
-                if fields[array.name] is None:
-                    return None
+            fields[array.name] = _array_or_none(fields[array.name], array)
+            if fields[array.name] is None:
+                return None
         for name in self.loose_maps:
-            value = fields[name]
-            if type(value) is msgspec.Raw:
-                fields[name] = _string_keyed_map_or_none(value)
-                if fields[name] is None:
-                    return None
+            fields[name] = _string_keyed_map_or_none(fields[name])
+            if fields[name] is None:
+                return None
         # Not ``cls(**fields)``: its generated __init__ sets each field through object.__setattr__
         # (the class is frozen), 4 us for a Trajectory. ``_plan_for`` makes sure there is nothing
         # else __init__ would do.
@@ -120,7 +113,7 @@ def _plan_for(cls: type) -> tuple[type, type, _MessagePlan] | None:
     if hasattr(cls, "__post_init__") or hasattr(cls, "__slots__") or not all(f.init for f in fields):
         return None
     hints = typing.get_type_hints(cls)
-    struct_fields, arrays, loose_maps, defaults = [], [], [], []
+    struct_fields, arrays, loose_maps = [], [], []
     for f in fields:
         dtype = f.metadata.get("dtype")
         if dtype is not None:
@@ -133,16 +126,12 @@ def _plan_for(cls: type) -> tuple[type, type, _MessagePlan] | None:
             wire_type = _wire_type(hints[f.name])
             if wire_type is None:
                 return None
-        default = _default_of(f)
-        if default is None:
-            struct_fields.append((f.name, wire_type))
-        else:
-            struct_fields.append((f.name, wire_type | msgspec.UnsetType, msgspec.UNSET))
-            defaults.append((f.name, default))
+        default = _wire_default(f, wire_type)
+        struct_fields.append((f.name, wire_type) if default is dataclasses.MISSING else (f.name, wire_type, default))
     body = msgspec.defstruct(f"{cls.__name__}Body", struct_fields, forbid_unknown_fields=True)
     envelope = msgspec.defstruct(f"{cls.__name__}Envelope", [("schema", int), ("body", body)], tag_field="type",
                                  tag=cls.__name__, forbid_unknown_fields=True)
-    return envelope, body, _MessagePlan(cls, tuple(arrays), tuple(loose_maps), tuple(defaults))
+    return envelope, body, _MessagePlan(cls, tuple(arrays), tuple(loose_maps))
 
 
 def _wire_type(hint: Any) -> Any | None:
@@ -163,13 +152,23 @@ def _wire_type(hint: Any) -> Any | None:
     return None
 
 
-def _default_of(f: dataclasses.Field) -> Callable[[], Any] | None:
+def _wire_default(f: dataclasses.Field, wire_type: Any) -> Any:
+    """What the body struct holds for ``f`` when a frame leaves it out: the wire form of what the
+    dataclass gives it then (an empty array, an empty map), so that ``build`` treats it as any
+    value; ``dataclasses.MISSING`` for a required field, or one whose default has no wire form here
+    (a frame without it then takes the field-by-field path)."""
+    if wire_type is WireArray:
+        if f.default_factory is dataclasses.MISSING:
+            return dataclasses.MISSING
+        dtype_name = f.metadata["dtype"].str  # ``array_field``'s factory: an empty array of it
+        return msgspec.field(default_factory=lambda: WireArray(dtype_name, [0], memoryview(b"")))
+    if wire_type is msgspec.Raw:
+        empty_map = msgpack.packb({})
+        return msgspec.field(default_factory=lambda: msgspec.Raw(empty_map)) if f.default_factory is dict \
+            else dataclasses.MISSING
     if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory
-    if f.default is not dataclasses.MISSING:
-        value = f.default
-        return lambda: value
-    return None
+        return msgspec.field(default_factory=f.default_factory)
+    return f.default
 
 
 def _array_or_none(value: WireArray, array: _ArrayField) -> np.ndarray | None:

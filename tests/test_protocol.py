@@ -103,6 +103,8 @@ def _body(**changes):
     (_envelope({k: v for k, v in _body().items() if k != "lease_id"}), "missing fields"),
     (_envelope(_body(token_ids={"dtype": "<f8", "shape": [7], "data": b"\0" * 56})), "dtype"),
     (_envelope(_body(token_ids={"dtype": "<i4", "shape": [7], "data": b"\0" * 27})), "bytes of data"),
+    # No elements, yet numpy cannot make it: its other dimension overflows the array's size.
+    (_envelope(_body(turn_spans={"dtype": "<i4", "shape": [0, 2**61], "data": b""})), "bad shape"),
     (_envelope(_body(num_turns=True)), "num_turns"),
     (_envelope(_body(purpose="test")), "purpose"),
 ])

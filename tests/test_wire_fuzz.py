@@ -1,7 +1,7 @@
 """Property-based fuzzing of every decoder and of the head's ingest path.
 
 Properties, for frames made by mutating valid ones (bytes flipped, cut or spliced; a field
-replaced by any msgpack value; an array's dtype, shape or data changed):
+replaced by any msgpack value or left out; an array's dtype, shape or data changed):
 - ``decode`` either returns a message of a declared type or raises ``ProtocolError``, nothing else;
 - an episode the head accepts can be trained on: it collates, and ``policy_lag``, the turn table
   and the rollout metrics run on it (before the meaning checks, one such episode killed the learner);
@@ -110,7 +110,7 @@ def place_in(frame: bytearray) -> st.SearchStrategy[int]:
 @st.composite
 def mutated_frames(draw, messages=MESSAGES) -> bytes:
     envelope = msgpack.unpackb(protocol.encode(draw(messages)))
-    how = draw(st.sampled_from(["field", "array", "resize", "resize", "bytes", "cut", "envelope"]))
+    how = draw(st.sampled_from(["field", "drop", "array", "resize", "resize", "bytes", "cut", "envelope"]))
     body = envelope["body"]
     arrays = sorted(k for k, v in body.items() if isinstance(v, dict) and "shape" in v)
     if how == "resize" and arrays:  # well formed, another length and other values: decodes as types
@@ -122,6 +122,8 @@ def mutated_frames(draw, messages=MESSAGES) -> bytes:
                                                                                        max_size=nbytes))}
     if how == "field":
         body[draw(st.sampled_from(sorted(body)))] = draw(MSGPACK_VALUES)
+    elif how == "drop" and body:  # a required field missing, or one with a default, as older senders send it
+        del body[draw(st.sampled_from(sorted(body)))]
     elif how == "array":
         if arrays:
             key, mutation = draw(st.sampled_from(arrays)), draw(ARRAY_MUTATIONS)
