@@ -266,7 +266,7 @@ def decode_many(frames: Sequence[bytes | memoryview], expected: type | tuple[typ
             decoded.append(_decode_unchecked(frame, expected))
         except ProtocolError as exc:
             decoded.append(exc)
-    short = [type(m) is Trajectory and len(m.token_ids) <= BATCH_SCREEN_MAX_TOKENS for m in decoded]
+    short = list(map(screened_together, decoded))
     batch = list(itertools.compress(decoded, short))
     screened = len(batch) > 1 and wire_checks.batch_plainly_valid(batch)
     results = []
@@ -278,6 +278,11 @@ def decode_many(frames: Sequence[bytes | memoryview], expected: type | tuple[typ
                 message = exc
         results.append(message)
     return results
+
+
+def screened_together(message: Any) -> bool:
+    """Whether ``decode_many`` screens ``message`` together with the others: a short episode."""
+    return type(message) is Trajectory and len(message.token_ids) <= BATCH_SCREEN_MAX_TOKENS
 
 
 def _decode_unchecked(data: bytes | memoryview, expected: type | tuple[type, ...] | None) -> Any:

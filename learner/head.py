@@ -211,7 +211,7 @@ class HeadServer:
         while not self._stop.is_set():
             ready = dict(poller.poll(self._poll_ms))
             if self._router in ready:
-                self._drain(self._router, self._on_request)
+                self._drain_requests()
             if self._pull in ready:
                 self._drain_pushes()
             with self._lock:
@@ -222,14 +222,14 @@ class HeadServer:
                         self._drop_expired_partials()
                 self._grant_waiting()
 
-    def _drain(self, sock: zmq.Socket, handler) -> None:
-        """Hand each message to ``handler`` as a list of frames."""
+    def _drain_requests(self) -> None:
+        """Hand each lease request waiting on the ROUTER socket to ``_on_request``."""
         for _ in range(1000):  # bounded so one busy socket cannot starve the other
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames = self._router.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            self._handle_one(handler, frames)
+            self._handle_one(self._on_request, frames)
 
     def _handle_one(self, handler, *message) -> None:
         try:
@@ -353,14 +353,13 @@ class HeadServer:
         return True
 
     def _within_the_model(self, episodes: list[Trajectory]) -> bool:
-        """True only when no token id of these short episodes is past the vocabulary and no version
-        newer than the learner's (what ``_model_contradiction`` finds), by one pass over all of
-        them: it stays true as the learner's version grows."""
-        short = [e for e in episodes if len(e.token_ids) <= protocol.BATCH_SCREEN_MAX_TOKENS]
-        if len(short) < 2 or len(short) < len(episodes):
+        """True only when these episodes, all short (``protocol.screened_together``), hold no token
+        id past the vocabulary and no version newer than the learner's (what ``_model_contradiction``
+        finds), by one pass over all of them: it stays true as the learner's version grows."""
+        if len(episodes) < 2 or not all(map(protocol.screened_together, episodes)):
             return False
-        ids = concatenated([e.token_ids for e in short], "head_token_ids")
-        versions = concatenated([e.token_versions for e in short], "head_token_versions")
+        ids = concatenated([e.token_ids for e in episodes], "head_token_ids")
+        versions = concatenated([e.token_versions for e in episodes], "head_token_versions")
         return (self.vocab_size is None or np.maximum.reduce(ids) < self.vocab_size) and \
             np.maximum.reduce(versions) <= self._newest_version
 

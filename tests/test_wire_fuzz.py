@@ -277,8 +277,8 @@ def episode_frame(*extra_pairs: tuple[str, Any], **changes) -> bytes:
     map as they are (a key twice, as a peer could send it)."""
     envelope = msgpack.unpackb(protocol.encode(long_episode(3000)))
     body = map_of([*{**envelope["body"], **changes}.items(), *extra_pairs])
-    return map_of([("type", envelope["type"]), ("schema", envelope["schema"])]).replace(b"\x82", b"\x83", 1) + \
-        msgpack.packb("body") + body
+    head = [msgpack.packb(value) for value in ("type", envelope["type"], "schema", envelope["schema"], "body")]
+    return b"".join([msgpack.Packer().pack_map_header(3), *head, body])
 
 
 @pytest.mark.parametrize("frame, decision", [
