@@ -11,14 +11,16 @@ A ``FastDecoder`` accepts a frame only when every value is one the field-by-fiel
 return unchanged, so it changes no decision and no error, only how fast the common case passes;
 on any doubt it returns None and the caller unpacks and checks the frame as before, which accepts
 or says exactly what is wrong. Where msgspec would accept more than that check, the struct types
-are narrower (finite floats) or the value is left to msgpack itself (``dict[str, Any]``, whose
-nested maps msgpack-python, unlike msgspec, refuses with keys other than strings);
+are narrower (finite floats, each array's dtype) or the value is left to msgpack itself (a
+``dict[str, Any]`` that holds more than plain values: msgpack-python, unlike msgspec, refuses
+nested maps with keys other than strings);
 ``tests/test_wire_fuzz.py`` checks that both paths decide mutated frames alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import types
 import typing
@@ -38,20 +40,16 @@ _SIMPLE = (str, int, bool)
 """Hints msgspec checks exactly as the field-by-field check does (neither takes a bool for an int)."""
 
 
-class WireArray(msgspec.Struct, forbid_unknown_fields=True):
-    """An array on the wire (``protocol._to_wire``): its bytes stay where the frame holds them."""
-
-    dtype: str
-    shape: list[Annotated[int, msgspec.Meta(ge=0, le=MAX_ARRAY_DIM)]]
-    data: memoryview
+_DIMENSIONS = list[Annotated[int, msgspec.Meta(ge=0, le=MAX_ARRAY_DIM)]]
 
 
-@dataclass(frozen=True)
-class _ArrayField:
-    name: str
-    dtype: np.dtype
-    dtype_name: str  # ``np.dtype.str`` makes a new string on every call
-    itemsize: int
+@functools.cache
+def wire_array(dtype_name: str) -> type[msgspec.Struct]:
+    """The struct of an array of ``dtype_name`` on the wire (``protocol._to_wire``): msgspec checks
+    its dtype, and its bytes stay where the frame holds them. Not tracked by the cycle collector
+    (no decoded struct can be part of a cycle): cheaper to make, never scanned."""
+    return msgspec.defstruct(f"WireArray{dtype_name}", [("dtype", Literal[dtype_name]), ("shape", _DIMENSIONS),
+                                                        ("data", memoryview)], forbid_unknown_fields=True, gc=False)
 
 
 @dataclass(frozen=True)
@@ -59,15 +57,22 @@ class _MessagePlan:
     """How to make a message of ``cls`` from its decoded body struct."""
 
     cls: type
-    arrays: tuple[_ArrayField, ...]
+    arrays: tuple[tuple[str, np.dtype, int], ...]
+    """Each array field's name, dtype and item size."""
     loose_maps: tuple[str, ...]
-    """``dict[str, Any]`` fields: raw msgpack in the struct, unpacked by msgpack itself."""
+    """``dict[str, Any]`` fields: raw msgpack in the struct, unpacked by ``_string_keyed_map_or_none``."""
 
     def build(self, body: msgspec.Struct) -> Any | None:
         fields = msgspec.structs.asdict(body)
-        for array in self.arrays:
-            fields[array.name] = _array_or_none(fields[array.name], array)
-            if fields[array.name] is None:
+        # Inline, not a call per array: this runs for every array of every episode the head takes.
+        for name, dtype, itemsize in self.arrays:
+            shape, data = fields[name].shape, fields[name].data
+            # Python ints: a huge shape cannot wrap around to the data's size.
+            if len(shape) == 1 and shape[0] * itemsize == len(data):
+                fields[name] = np.frombuffer(data, dtype)
+            elif len(shape) == 2 and shape[0] * shape[1] * itemsize == len(data):
+                fields[name] = np.frombuffer(data, dtype).reshape(shape)
+            else:  # the field-by-field check names what is wrong
                 return None
         for name in self.loose_maps:
             fields[name] = _string_keyed_map_or_none(fields[name])
@@ -117,8 +122,8 @@ def _plan_for(cls: type) -> tuple[type, type, _MessagePlan] | None:
     for f in fields:
         dtype = f.metadata.get("dtype")
         if dtype is not None:
-            wire_type: Any = WireArray
-            arrays.append(_ArrayField(f.name, dtype, dtype.str, dtype.itemsize))
+            wire_type: Any = wire_array(dtype.str)
+            arrays.append((f.name, dtype, dtype.itemsize))
         elif hints[f.name] == dict[str, Any]:
             wire_type = msgspec.Raw
             loose_maps.append(f.name)
@@ -128,9 +133,10 @@ def _plan_for(cls: type) -> tuple[type, type, _MessagePlan] | None:
                 return None
         default = _wire_default(f, wire_type)
         struct_fields.append((f.name, wire_type) if default is dataclasses.MISSING else (f.name, wire_type, default))
-    body = msgspec.defstruct(f"{cls.__name__}Body", struct_fields, forbid_unknown_fields=True)
+    # Untracked too: a body refers to no struct but its arrays, an envelope to its body only.
+    body = msgspec.defstruct(f"{cls.__name__}Body", struct_fields, forbid_unknown_fields=True, gc=False)
     envelope = msgspec.defstruct(f"{cls.__name__}Envelope", [("schema", int), ("body", body)], tag_field="type",
-                                 tag=cls.__name__, forbid_unknown_fields=True)
+                                 tag=cls.__name__, forbid_unknown_fields=True, gc=False)
     return envelope, body, _MessagePlan(cls, tuple(arrays), tuple(loose_maps))
 
 
@@ -157,11 +163,11 @@ def _wire_default(f: dataclasses.Field, wire_type: Any) -> Any:
     dataclass gives it then (an empty array, an empty map), so that ``build`` treats it as any
     value; ``dataclasses.MISSING`` for a required field, or one whose default has no wire form here
     (a frame without it then takes the field-by-field path)."""
-    if wire_type is WireArray:
+    if f.metadata.get("dtype") is not None:
         if f.default_factory is dataclasses.MISSING:
             return dataclasses.MISSING
-        dtype_name = f.metadata["dtype"].str  # ``array_field``'s factory: an empty array of it
-        return msgspec.field(default_factory=lambda: WireArray(dtype_name, [0], memoryview(b"")))
+        # ``array_field``'s factory: an empty array of its dtype
+        return msgspec.field(default_factory=lambda: wire_type(f.metadata["dtype"].str, [0], memoryview(b"")))
     if wire_type is msgspec.Raw:
         empty_map = msgpack.packb({})
         return msgspec.field(default_factory=lambda: msgspec.Raw(empty_map)) if f.default_factory is dict \
@@ -171,27 +177,24 @@ def _wire_default(f: dataclasses.Field, wire_type: Any) -> Any:
     return f.default
 
 
-def _array_or_none(value: WireArray, array: _ArrayField) -> np.ndarray | None:
-    """The array ``protocol._decode_array`` makes of a well-formed 1-D or 2-D array, else None."""
-    shape, data = value.shape, value.data
-    if value.dtype != array.dtype_name:
-        return None
-    # Python ints: a huge shape cannot wrap around to the data's size.
-    if len(shape) == 1:
-        if shape[0] * array.itemsize == len(data):
-            return np.frombuffer(data, array.dtype)
-    elif len(shape) == 2 and shape[0] * shape[1] * array.itemsize == len(data):
-        return np.frombuffer(data, array.dtype).reshape(shape)
-    return None
-
-
 def _string_keyed_map_or_none(raw: msgspec.Raw) -> dict[str, Any] | None:
     """The map ``unpack`` makes of ``raw``, if it is one with string keys, else None."""
+    # The common map holds only plain values, which msgspec decodes as msgpack-python does, in a
+    # third of the time; a nested map or list may hold keys msgspec takes and msgpack refuses.
+    try:
+        value = _STRING_KEYED_MAP.decode(raw)
+        if _PLAIN_VALUES.issuperset(map(type, value.values())):
+            return value
+    except Exception:
+        pass
     try:
         value = unpack(raw)
     except Exception:
         return None
     return value if type(value) is dict and all(type(key) is str for key in value) else None
+
+
+_PLAIN_VALUES = frozenset({str, int, float, bool, type(None), bytes})
 
 
 def unpack(data: bytes | memoryview | msgspec.Raw) -> Any:
@@ -202,3 +205,6 @@ def unpack(data: bytes | memoryview | msgspec.Raw) -> Any:
 
 def _refuse_ext(code: int, data: bytes) -> Any:
     raise ValueError(f"msgpack extension type {code}: no message carries one")
+
+
+_STRING_KEYED_MAP = msgspec.msgpack.Decoder(dict[str, Any], ext_hook=_refuse_ext)

@@ -9,7 +9,9 @@ how to classify a rejected completion) stays with the sampler.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from common.protocol import TaskLease
@@ -55,6 +57,10 @@ class LeaseBook:
         """Ledger counters; the book moves its own names, the sampler may keep others in it."""
         self.groups: dict[str, LeasedGroup] = {}  # not completed
         self.leases: dict[str, TaskLease] = {}  # outstanding: issued, not expired, not completed
+        # (deadline, lease id) of the leases issued, soonest first: ``take_overdue`` looks at the due
+        # ones only (the sampler asks on every lease it issues, with thousands outstanding).
+        # Completed and expired leases leave it lazily.
+        self._deadlines: list[tuple[float, str]] = []
         self.pending: deque[str] = deque()  # added, never leased
         self.reissue: deque[str] = deque()  # lease expired, awaiting re-issue, oldest first
 
@@ -78,6 +84,18 @@ class LeaseBook:
         group.lease_id = lease.lease_id
         self.leases[lease.lease_id] = lease
         self.counts[self.names.issued] += 1
+        heapq.heappush(self._deadlines, (lease.deadline_unix_s, lease.lease_id))
+        if len(self._deadlines) > 2 * len(self.leases) + 1024:  # mostly leases long completed
+            self._index_deadlines()
+
+    def restore(self, leases: Iterable[TaskLease]) -> None:
+        """Outstanding leases from a checkpoint (their groups restored already)."""
+        self.leases = {lease.lease_id: lease for lease in leases}
+        self._index_deadlines()
+
+    def _index_deadlines(self) -> None:
+        self._deadlines = [(lease.deadline_unix_s, lease.lease_id) for lease in self.leases.values()]
+        heapq.heapify(self._deadlines)
 
     def expire(self, lease_id: str) -> LeasedGroup | None:
         """Expire an outstanding lease: its group, which the caller re-queues or abandons; None
@@ -107,8 +125,15 @@ class LeaseBook:
         self.counts[self.names.completed] += 1
         return self.groups.pop(lease.group_id)
 
-    def overdue(self, now: float) -> list[TaskLease]:
-        return [lease for lease in self.leases.values() if now >= lease.deadline_unix_s]
+    def take_overdue(self, now: float) -> list[TaskLease]:
+        """The outstanding leases whose deadline has come (``now >= deadline``), soonest first;
+        the caller expires them (each is handed out once)."""
+        due = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            lease = self.leases.get(heapq.heappop(self._deadlines)[1])
+            if lease is not None:
+                due.append(lease)
+        return due
 
     def broken_invariants(self) -> list[str]:
         """Names of the lifecycle invariants the counters and the book's contents break."""

@@ -212,7 +212,7 @@ class TaskSampler:
         """Move leases whose deadline has come (``now >= deadline``) to the re-issue queue."""
         now = self.clock() if now is None else now
         overdue = sorted((lease.deadline_unix_s, lease.lease_id)
-                         for lease in [*self._train.overdue(now), *self._eval.overdue(now)])
+                         for lease in [*self._train.take_overdue(now), *self._eval.take_overdue(now)])
         return self.expire([lease_id for _, lease_id in overdue])
 
     def expire(self, lease_ids: list[str]) -> int:
@@ -341,7 +341,7 @@ class TaskSampler:
         # older states have no "abandoned"
         self._train = LeaseBook(TRAIN_LEDGER, {name: int(state["counts"].get(name, 0)) for name in _COUNTERS})
         self._train.groups = {g["group_id"]: LeasedGroup(**g) for g in state["groups"]}
-        self._train.leases = {lease["lease_id"]: TaskLease(**lease) for lease in state["leases"]}
+        self._train.restore(TaskLease(**lease) for lease in state["leases"])
         self._train.reissue = deque(state["reissue"])
         self._final_attempt = {int(draw): int(attempt) for draw, attempt in state["final_attempt"]}
         self._released_ids = set(state["released_ids"])

@@ -441,7 +441,8 @@ def test_one_lease_book_keeps_either_kinds_lifecycle_and_names_a_broken_invarian
     book.add(group, pending=True)
     assert book.next_group() is group and book.next_group() is None
     book.issued(group, lease(group, deadline=5.0))
-    assert [expired.lease_id for expired in book.overdue(now=5.0)] == ["x0-r0"]
+    assert book.take_overdue(now=4.9) == []
+    assert [expired.lease_id for expired in book.take_overdue(now=5.0)] == ["x0-r0"]
     book.requeue(book.expire("x0-r0"))
     assert book.expire("x0-r0") is None  # expired once only
     again = book.next_group()
@@ -453,3 +454,16 @@ def test_one_lease_book_keeps_either_kinds_lifecycle_and_names_a_broken_invarian
     assert book.broken_invariants() == []
     book.counts[names.completed] += 1  # a completion counted twice
     assert any("completed" in broken for broken in book.broken_invariants())
+
+
+def test_the_lease_book_expires_only_overdue_outstanding_leases_and_forgets_the_completed_ones():
+    book = LeaseBook(TRAIN_LEDGER, Counter())
+    for i in range(5000):  # a long run: leases issued and completed, every 1000th left outstanding
+        group = LeasedGroup(f"g{i}", "keydoor-v0", "1", seed=i, attempt=0, lease_id=None)
+        book.add(group)
+        book.issued(group, TaskLease(f"g{i}-r0", f"g{i}", "keydoor-v0", "1", i, 2, 4, 512, 0, float(i)))
+        if i % 1000:
+            book.complete(f"g{i}-r0")
+    assert len(book._deadlines) <= 2 * len(book.leases) + 1025  # not one entry per lease ever issued
+    assert [lease.lease_id for lease in book.take_overdue(now=2500.0)] == ["g0-r0", "g1000-r0", "g2000-r0"]
+    assert [lease.lease_id for lease in book.take_overdue(now=1e9)] == ["g3000-r0", "g4000-r0"]

@@ -288,6 +288,12 @@ def episode_frame(*extra_pairs: tuple[str, Any], **changes) -> bytes:
     (episode_frame(env_info={"data": bytes(5000)}), "message"),  # a large bin after a "data" key, but no array's
     (episode_frame(env_info={"room": {1: "attic"}}), "not_msgpack"),  # a key msgpack refuses and msgspec takes
     (episode_frame(env_info={"room": msgpack.ExtType(0x55, bytes(8))}), "not_msgpack"),  # no message has one
+    # Plain values, which msgspec decodes itself; the others it leaves to msgpack (a timestamp it
+    # would make a datetime, msgpack a Timestamp), and a key that is no string to the field-by-field path.
+    (episode_frame(env_info={"s": "x", "i": -3, "u": 2**64 - 1, "f": 0.5, "b": True, "n": None, "raw": b"\0"}),
+     "message"),
+    (episode_frame(env_info={"at": msgpack.Timestamp(1, 0), "nested": {"steps": [1, 2]}}), "message"),
+    (episode_frame(env_info={b"room": "attic"}), "bad_field"),
     (episode_frame(timings={"episode_s": 3}), "message"),  # an int for a float: both paths make it 3.0
     (episode_frame(reward=float("nan")), "out_of_range"),
     (episode_frame(("reward", 0.0)), "message"),  # a key twice: the last one counts, on both paths
