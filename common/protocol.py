@@ -365,8 +365,9 @@ def _decode_array(value: Any, dtype: np.dtype, where: str) -> np.ndarray:
     if value["dtype"] != dtype.str:
         raise ProtocolError(f"{where}: dtype {value['dtype']!r}, expected {dtype.str!r}", "bad_array")
     shape = value["shape"]
+    # type, not isinstance: a bool is no size
     if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_ARRAY_DIMS or \
-            not all(type(d) is int and 0 <= d <= wire_checks.MAX_ARRAY_DIM for d in shape):  # type: a bool is no size
+            not all(type(d) is int and 0 <= d <= wire_checks.MAX_DIMENSION_LENGTH for d in shape):
         raise ProtocolError(f"{where}: bad shape {shape!r}", "bad_array")
     data = value["data"]
     # Python ints: a shape like [2**32, 2**32] must not wrap to 0 elements as it would in int64.

@@ -20,7 +20,7 @@ import numpy as np
 
 MAX_ID = 2**31 - 1
 """Ids, versions and counts travel as msgpack ints (up to 64 bits); ours fit int32 everywhere."""
-MAX_ARRAY_DIM = 2**31 - 1
+MAX_DIMENSION_LENGTH = 2**31 - 1
 """The longest any dimension of a wire array may be: numpy refuses even an empty array of shape
 ``[0, 2**62]`` (its size overflows), and no frame holds 2**31 elements."""
 MAX_TEXT = 1 << 16

@@ -32,7 +32,7 @@ import msgpack
 import msgspec
 import numpy as np
 
-from common.wire_checks import MAX_ARRAY_DIM
+from common.wire_checks import MAX_DIMENSION_LENGTH
 
 _FINITE_FLOAT = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
 """A float the field-by-field check keeps: NaN and the infinities fail one of the bounds."""
@@ -40,7 +40,7 @@ _SIMPLE = (str, int, bool)
 """Hints msgspec checks exactly as the field-by-field check does (neither takes a bool for an int)."""
 
 
-_DIMENSIONS = list[Annotated[int, msgspec.Meta(ge=0, le=MAX_ARRAY_DIM)]]
+_DIMENSIONS = list[Annotated[int, msgspec.Meta(ge=0, le=MAX_DIMENSION_LENGTH)]]
 
 
 @functools.cache
