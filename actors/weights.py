@@ -1,7 +1,9 @@
 """The actor's control thread: weight-group membership, weight reception, control commands.
 
 Collectives block, so they live here, off the event loop:
-1. at start (and whenever it is out of a group) the actor sends ``GroupJoin`` to the head;
+1. at start (and whenever it is out of a group) the actor sends ``GroupJoin`` to the head, with the
+   newest generation it has heard announced (a request sent just before a regroup naming it is
+   then known to the head as stale);
 2. ``Control(regroup)`` naming it: join that generation's group (bounded by the deadline);
 3. ``WeightsAnnounce`` of its generation: receive every bucket, then stage the weights in the
    engine, which applies them between two decode steps; a version already staged or served (the
@@ -47,6 +49,7 @@ class ControlThread(threading.Thread):
         self._inbox = Inbox("actor-control")
         self._join_retry_s = join_retry_s
         self._last_join = 0.0
+        self._generation_seen = 0  # the newest regroup heard, named or not
         self._stopping = threading.Event()  # not ``_stop``: that name is threading.Thread's own method
         self.error: BaseException | None = None
 
@@ -66,7 +69,9 @@ class ControlThread(threading.Thread):
             self._push.close()
 
     def _ask_to_join(self) -> None:
-        self._push.send(protocol.encode(GroupJoin(actor_id=self.actor_id, weight_version=self.engine.version)))
+        join = GroupJoin(actor_id=self.actor_id, weight_version=self.engine.version,
+                         generation_seen=self._generation_seen)
+        self._push.send(protocol.encode(join))
         self._last_join = time.monotonic()
 
     def _handle(self, frame: bytes) -> None:
@@ -80,6 +85,7 @@ class ControlThread(threading.Thread):
             self.on_control(message)
 
     def _regroup(self, message: Control) -> None:
+        self._generation_seen = max(self._generation_seen, message.generation or 0)
         members = message.members or []
         if self.actor_id not in members:
             self._receiver.leave()  # a newer generation without us: ask again

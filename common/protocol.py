@@ -171,10 +171,14 @@ class Control:
 @dataclass(frozen=True)
 class GroupJoin:
     """actor -> head: this actor is alive and wants to be in the next weight group (at start,
-    after a failed broadcast, after a restart); ``weight_version`` is what it serves now."""
+    after a failed broadcast, after a restart); ``weight_version`` is what it serves now.
+    ``generation_seen`` is the newest weight-group generation it had heard announced (0: none),
+    so the head can tell a request the actor sent just before joining the current generation
+    (stale: it is in already) from one of a member that dropped out of it."""
 
     actor_id: int
     weight_version: int
+    generation_seen: int
 
 
 @dataclass(frozen=True)

@@ -323,6 +323,7 @@ def check_control(m: Any) -> None:
 def check_group_join(m: Any) -> None:
     count_in_range(m.actor_id, "actor_id")
     count_in_range(m.weight_version, "weight_version")
+    count_in_range(m.generation_seen, "generation_seen")
 
 
 def check_actor_stats(m: Any) -> None:

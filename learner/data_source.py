@@ -45,8 +45,9 @@ class DataSource(Protocol):
     def expect_version(self, version: int) -> None:
         """Weights of ``version`` are going out: episodes may carry it from now on."""
 
-    def has_join_requests(self) -> bool:
-        """Whether some actor asked to join the weight group (it lacks the current weights)."""
+    def join_requests(self) -> dict[int, int]:
+        """The actors that asked to join the weight group (they lack the current weights), each
+        with the newest generation it had heard announced."""
 
     def ledger(self) -> dict[str, int]: ...
 

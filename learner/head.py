@@ -81,7 +81,7 @@ class HeadServer:
         self._waiting: deque[tuple[bytes, int, int]] = deque()  # (identity, leases still wanted, actor id)
         self._holder: dict[str, int] = {}  # open lease id -> actor id
         self._open: dict[str, Group] = {}  # lease id -> episodes so far
-        self._join_requests: set[int] = set()
+        self._join_requests: dict[int, int] = {}  # actor id -> the newest generation it had heard of
         self._poll_ms = poll_ms
         self._record = _open_record(record_dir)
         self._stop = threading.Event()
@@ -127,14 +127,16 @@ class HeadServer:
         with self._lock:
             return self.sampler.schedule_eval(tasks, group_size)
 
-    def has_join_requests(self) -> bool:
+    def join_requests(self) -> dict[int, int]:
+        """The actors that asked to join the weight group since the last take, each with the newest
+        generation it had heard announced (``GroupJoin.generation_seen``)."""
         with self._lock:
-            return bool(self._join_requests)
+            return dict(self._join_requests)
 
-    def take_join_requests(self) -> set[int]:
-        """Actors that asked to join the weight group since the last call."""
+    def take_join_requests(self) -> dict[int, int]:
+        """``join_requests()``, forgotten here: the weight publisher acts on them."""
         with self._lock:
-            joins, self._join_requests = self._join_requests, set()
+            joins, self._join_requests = self._join_requests, {}
         return joins
 
     def get(self, timeout_s: float) -> Group | None:
@@ -323,7 +325,8 @@ class HeadServer:
             self.actor_stats[message.actor_id] = message
         elif isinstance(message, GroupJoin):
             with self._lock:
-                self._join_requests.add(message.actor_id)
+                seen = self._join_requests.get(message.actor_id, 0)
+                self._join_requests[message.actor_id] = max(seen, message.generation_seen)
 
     def _on_trajectory(self, episode: Trajectory, model_checked: bool = False) -> bool:
         """Take one episode; False if it was rejected (and so is not recorded either)."""

@@ -139,7 +139,7 @@ class Learner:
                           max_message_bytes=int(lc.max_message_mb * 2**20))
 
     def _make_publisher(self, head: HeadServer) -> ActorPublisher:
-        return ActorPublisher(self.cfg, self.host, self.policy.weights_for_actors, head.has_join_requests,
+        return ActorPublisher(self.cfg, self.host, self.policy.weights_for_actors, head.join_requests,
                               head.take_join_requests)
 
     def _write_endpoints(self, head: HeadServer, publisher: ActorPublisher, actor_model_path: str) -> dict[str, str]:
@@ -264,7 +264,9 @@ class Learner:
         self._stop.set()
 
     def actor_lost(self, actor_id: int) -> int:
-        """The launcher saw actor ``actor_id`` die: re-issue its leases now (returns how many)."""
+        """The launcher saw actor ``actor_id`` die: re-issue its leases now (returns how many), and
+        leave it out of the next weight group."""
         lost = self.source.actor_lost(actor_id)
+        self.publisher.actor_lost(actor_id)
         log.warning("actor %d died; %d lease(s) re-issued", actor_id, lost)
         return lost

@@ -89,8 +89,8 @@ class ReplaySource:
     def expect_version(self, version: int) -> None:
         pass  # no episode is made under the learner's weights
 
-    def has_join_requests(self) -> bool:
-        return False
+    def join_requests(self) -> dict[int, int]:
+        return {}
 
     def scalars(self) -> dict[str, float]:
         return {}

@@ -1,8 +1,11 @@
 """The learner head's side of the weight group: who is in it, and each version's announce + broadcast.
 
-1. Members are the previous group's plus the actors that asked to join (``GroupJoin``) since the
-   last publish; with none at all, nothing is sent (``actors_behind``: a later join gets a resend).
-2. When someone joined or there is no group, ``Control(regroup)`` names generation g+1 and its
+1. Members are the previous group's, less the ones the launcher saw die, plus the actors that asked
+   to join (``GroupJoin``) since the last publish; with none at all, nothing is sent
+   (``actors_behind``: a later join gets a resend). A member's request sent before it had heard of
+   the current generation is stale: the actor asked just before that regroup named it, and it is
+   in (acting on it would re-form a working group, and resend the weights, for nothing).
+2. When someone joined or left, or there is no group, ``Control(regroup)`` names generation g+1 and its
    members (actor ``members[i]`` is rank i + 1), and the group forms over the broadcaster's store.
 3. ``WeightsAnnounce`` on PUB, then the buckets over the group.
 4. Any failure (a member that never joins, one that dies or stalls mid-broadcast) drops the group,
@@ -18,6 +21,7 @@ for replay.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
@@ -42,12 +46,36 @@ RESEND_INTERVAL_S = 2.0
 class WeightPublisher:
     """Publishes each new policy version to every actor in the weight group (learner head only)."""
 
-    def __init__(self, pub: zmq.Socket, broadcaster: WeightBroadcaster, take_join_requests: Callable[[], set[int]]):
+    def __init__(self, pub: zmq.Socket, broadcaster: WeightBroadcaster,
+                 take_join_requests: Callable[[], Mapping[int, int]]):
+        """``take_join_requests``: actor id -> the newest generation it had heard announced, for
+        the actors that asked to join since the last call."""
         self.pub, self.broadcaster, self._take_join_requests = pub, broadcaster, take_join_requests
         self.failures = 0
         """Broadcasts (or group formations) that failed; each dropped the group."""
         self.actors_behind = False
         """The last publish reached nobody or failed: some actor may lack the current weights."""
+        self.stale_joins = 0
+        """Join requests ignored: sent by a member before it heard of the generation it is in."""
+        self._lost: set[int] = set()  # actors the launcher saw die since the last publish
+        self._lost_lock = threading.Lock()  # the launcher's calls come on threads of their own
+
+    def actor_lost(self, actor_id: int) -> None:
+        """The launcher saw actor ``actor_id`` die: the next publish re-forms the group without it,
+        and the request of its restarted process (which has heard of no generation yet) counts."""
+        with self._lost_lock:
+            self._lost.add(actor_id)
+
+    def wants_regroup(self, join_requests: Mapping[int, int]) -> bool:
+        """Whether the next publish re-forms the group: someone asked to join or a member was lost."""
+        with self._lost_lock:
+            lost = self._lost & set(self.broadcaster.members)
+        return bool(lost or self._joining(join_requests, lost))
+
+    def _joining(self, join_requests: Mapping[int, int], lost: set[int]) -> set[int]:
+        """The requests that count: all but a member's sent before it had heard of its generation."""
+        members, generation = set(self.broadcaster.members) - lost, self.broadcaster.generation
+        return {actor for actor, seen in join_requests.items() if actor not in members or seen >= generation}
 
     def publish(self, tensors: Mapping[str, torch.Tensor] | UnshardedParameters, version: int) -> None:
         """Send ``version`` to the group, re-formed first when actors asked to join. Every wait is
@@ -65,13 +93,19 @@ class WeightPublisher:
 
     def _publish(self, specs: list[tuple[str, torch.Tensor]], stream: Iterator[tuple[str, torch.Tensor]],
                  version: int) -> None:
-        joins = self._take_join_requests()
-        members = sorted(set(self.broadcaster.members) | joins)
+        requests = self._take_join_requests()
+        with self._lost_lock:
+            lost, self._lost = self._lost & set(self.broadcaster.members), set()
+        joins = self._joining(requests, lost)
+        self.stale_joins += len(requests) - len(joins)
+        members = sorted((set(self.broadcaster.members) - lost) | joins)
         if not members:
+            if lost:  # every member died: end their group, so that none counts as in it any more
+                self._call_everyone_back()
             self.actors_behind = True  # nobody to send to; actors that join later get it resent
             return
         try:
-            if joins or not self.broadcaster.connected:
+            if joins or lost or not self.broadcaster.connected:
                 regroup = protocol.Control(command="regroup", generation=self.broadcaster.generation + 1,
                                            members=members)
                 self.pub.send(protocol.encode(regroup))
@@ -102,6 +136,9 @@ class PolicyPublisher(Protocol):
     def resend_if_behind(self, version: int, step: int) -> None:
         """Send the current weights again now if some actor lacks them."""
 
+    def actor_lost(self, actor_id: int) -> None:
+        """The launcher saw this actor die (``WeightPublisher.actor_lost``)."""
+
     def stop_actors(self) -> None: ...
 
     def scalars(self) -> dict[str, float]: ...
@@ -113,8 +150,8 @@ class ActorPublisher:
     """Live actors: the control PUB socket (regroup, announce, stop) and the weight group."""
 
     def __init__(self, cfg: Config, host: str, gather: Callable[[], UnshardedParameters],
-                 has_join_requests: Callable[[], bool], take_join_requests: Callable[[], set[int]]):
-        self.gather, self._has_join_requests = gather, has_join_requests
+                 join_requests: Callable[[], Mapping[int, int]], take_join_requests: Callable[[], Mapping[int, int]]):
+        self.gather, self._join_requests = gather, join_requests
         self.weights_device = weights_device(cfg)
         self.pub = configure(zmq.Context.instance().socket(zmq.PUB))
         self.control_address = bind_random(self.pub, host)
@@ -133,7 +170,7 @@ class ActorPublisher:
         reached nobody, an actor restarted on the initial weights and asked to join): send them
         again now. Waiting for the next step's broadcast could wait forever, since that step
         needs fresh groups from those very actors (a lone restarted actor stalled a run so)."""
-        if not (self.weights.actors_behind or self._has_join_requests()):
+        if not (self.weights.actors_behind or self.weights.wants_regroup(self._join_requests())):
             return
         if time.monotonic() - self._last_resend_s < RESEND_INTERVAL_S:
             return
@@ -143,13 +180,17 @@ class ActorPublisher:
         broadcast_command(Command.GATHER, step)
         self.publish(version)
 
+    def actor_lost(self, actor_id: int) -> None:
+        self.weights.actor_lost(actor_id)
+
     def stop_actors(self) -> None:
         self.pub.send(protocol.encode(protocol.Control(command="stop")))
 
     def scalars(self) -> dict[str, float]:
         return {"async/weight_group_size": len(self.broadcaster.members),
                 "async/weight_group_generation": self.broadcaster.generation,
-                "async/broadcast_failures": self.weights.failures, "async/weight_resends": self.resends}
+                "async/broadcast_failures": self.weights.failures, "async/weight_resends": self.resends,
+                "async/weight_joins_stale": self.weights.stale_joins}
 
     def close(self) -> None:
         self.pub.close()
@@ -162,6 +203,9 @@ class NoActors:
         pass
 
     def resend_if_behind(self, version: int, step: int) -> None:
+        pass
+
+    def actor_lost(self, actor_id: int) -> None:
         pass
 
     def stop_actors(self) -> None:

@@ -97,18 +97,18 @@ class Head:
                           "trajectories": bind_random(self.pull, "127.0.0.1")}
         self.broadcaster = WeightBroadcaster("127.0.0.1", bucket_nbytes=bucket_nbytes, timeout_s=broadcast_timeout_s)
         self.addresses["weights"] = self.broadcaster.address
-        self.join_requests: set[int] = set()
+        self.join_requests: dict[int, int] = {}  # actor id -> the newest generation it had heard of
 
-    def take_join_requests(self) -> set[int]:
+    def take_join_requests(self) -> dict[int, int]:
         self._drain()
-        joins, self.join_requests = self.join_requests, set()
+        joins, self.join_requests = self.join_requests, {}
         return joins
 
     def wait_for_joins(self, actor_ids: set[int], timeout_s: float = TIMEOUT_S) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self._drain()
-            if actor_ids <= self.join_requests:
+            if actor_ids <= self.join_requests.keys():
                 return True
             time.sleep(0.02)
         return False
@@ -116,7 +116,8 @@ class Head:
     def _drain(self) -> None:
         while self.pull.poll(0):
             message = protocol.decode(self.pull.recv(), (GroupJoin,))
-            self.join_requests.add(message.actor_id)
+            seen = self.join_requests.get(message.actor_id, 0)
+            self.join_requests[message.actor_id] = max(seen, message.generation_seen)
 
     def publish(self, message) -> None:
         self.pub.send(protocol.encode(message))
@@ -252,6 +253,75 @@ def test_after_a_broadcast_fails_every_surviving_actor_gets_the_next_version():
         assert survivor.error is None
     finally:
         doomed.proc.kill()
+        survivor.stop()
+        survivor.join(timeout=10)
+        engine.stop()
+        head.close()
+
+
+def test_a_join_request_a_member_sent_before_its_regroup_leaves_the_working_group_as_it_is():
+    # An actor asks to join every retry interval until a regroup names it, so a request it sent
+    # just before can reach the head after it joined. Re-forming on it would cost a regroup and a
+    # resend for nothing, and would fail the publish outright if another member were busy then.
+    head = Head()
+    publisher = WeightPublisher(head.pub, head.broadcaster, head.take_join_requests)
+    engine = tiny_engine()
+    engine.start()
+    heard: list[Control] = []
+    member = ControlThread(engine, 2, head.addresses, 5.0, heard.append, join_retry_s=0.2)
+    member.start()
+    push = configure(zmq.Context.instance().socket(zmq.PUSH))
+    push.connect(head.addresses["trajectories"])
+    try:
+        subscribed(head, lambda: bool(heard))
+        assert head.wait_for_joins({2})
+        publisher.publish(tiny_weights(1), 1)
+        wait_until(lambda: engine.version == 1, "the member serving version 1")
+        assert publisher.broadcaster.generation == 1 and publisher.broadcaster.members == [2]
+
+        push.send(protocol.encode(GroupJoin(actor_id=2, weight_version=0, generation_seen=0)))  # sent before
+        publisher.publish(tiny_weights(2), 2)
+        wait_until(lambda: engine.version == 2, "the member serving version 2")
+        assert publisher.broadcaster.generation == 1 and publisher.stale_joins == 1
+
+        # A member that heard of its generation and asks again fell out of it: the group re-forms.
+        push.send(protocol.encode(GroupJoin(actor_id=2, weight_version=2, generation_seen=1)))
+        publisher.publish(tiny_weights(3), 3)
+        wait_until(lambda: engine.version == 3, "the member serving version 3")
+        assert publisher.broadcaster.generation == 2 and publisher.stale_joins == 1
+        assert publisher.failures == 0 and member.error is None
+    finally:
+        push.close()
+        member.stop()
+        member.join(timeout=10)
+        engine.stop()
+        head.close()
+
+
+def test_a_member_the_launcher_saw_die_is_left_out_of_the_next_group_without_a_failed_broadcast():
+    head = Head()
+    publisher = WeightPublisher(head.pub, head.broadcaster, head.take_join_requests)
+    dead = ActorProcess(1, head, {})
+    engine = tiny_engine()
+    engine.start()
+    heard: list[Control] = []
+    survivor = ControlThread(engine, 2, head.addresses, 5.0, heard.append, join_retry_s=0.2)
+    survivor.start()
+    try:
+        subscribed(head, lambda: bool(heard))
+        assert head.wait_for_joins({1, 2}, timeout_s=60)  # the other process imports torch first
+        subscribed(head, lambda: dead.said("control stop"))
+        publisher.publish(tiny_weights(1), 1)
+        assert dead.said("serving 1", timeout_s=TIMEOUT_S) and publisher.broadcaster.members == [1, 2]
+
+        dead.kill()
+        publisher.actor_lost(1)
+        publisher.publish(tiny_weights(2), 2)
+        wait_until(lambda: engine.version == 2, "the survivor serving version 2")
+        assert publisher.failures == 0 and not publisher.actors_behind
+        assert publisher.broadcaster.members == [2] and publisher.broadcaster.generation == 2
+    finally:
+        dead.proc.kill()
         survivor.stop()
         survivor.join(timeout=10)
         engine.stop()

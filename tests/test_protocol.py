@@ -68,7 +68,7 @@ def test_arrays_travel_as_raw_bytes_not_lists():
     WeightsAnnounce(3, [128], [TensorSlot("w", [2, 3], "bfloat16", 0, 0, 12)]),
     Control(command="stop"),
     Control(command="regroup", generation=3, members=[0, 2]),
-    GroupJoin(actor_id=2, weight_version=7),
+    GroupJoin(actor_id=2, weight_version=7, generation_seen=3),
     ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {"env_error": 1}),
 ])
 def test_every_message_round_trips(message):

@@ -86,7 +86,7 @@ def _publish_on_rank(rank: int, port: int, model_path: str, out_dir: str) -> Non
         broadcaster, pub = WeightBroadcaster("127.0.0.1", BUCKET_NBYTES, timeout_s=60), _QueuePub()
         actor = threading.Thread(target=_actor, args=(broadcaster.address, pub.messages, received))
         actor.start()
-        publisher = WeightPublisher(pub, broadcaster, take_join_requests=lambda: {1})
+        publisher = WeightPublisher(pub, broadcaster, take_join_requests=lambda: {1: 0})
         publisher.publish(weights, version=1)
         actor.join()
         assert publisher.failures == 0

@@ -84,7 +84,7 @@ MESSAGES = st.one_of(
     st.just(TaskLease("l", "g", "keydoor-v0", "1", 7, 4, 3, 1024, 2, 1.5e9)),
     st.just(WeightsAnnounce(3, [128], [TensorSlot("w", [2, 3], "bfloat16", 0, 0, 12)])),
     st.just(Control(command="regroup", generation=3, members=[0, 2])),
-    st.just(GroupJoin(actor_id=2, weight_version=7)),
+    st.just(GroupJoin(actor_id=2, weight_version=7, generation_seen=3)),
     st.just(ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {"env_error": 1})),
     st.just(TrainedSample("l", "g", 0, 3, 0.5, np.array([0.5, -1.0], np.float32))),
 )
@@ -255,7 +255,7 @@ def test_valid_episodes_pass_the_batch_screen(episodes):
 
 
 def test_every_message_the_actors_and_the_head_exchange_at_volume_takes_the_fast_path():
-    for message in (make_trajectory(), ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {"env_error": 1}), GroupJoin(2, 7),
+    for message in (make_trajectory(), ActorStats(0, 3, 2, 10, 1, 55.5, 0.7, {"env_error": 1}), GroupJoin(2, 7, 3),
                     LeaseRequest(0, 2), TaskLease("l", "g", "keydoor-v0", "1", 7, 4, 3, 1024, 2, 1.5e9),
                     TrainedSample("l", "g", 0, 3, 0.5, np.array([0.5, -1.0], np.float32))):
         assert protocol._fast_decoder().decode(protocol.encode(message)) is not None, type(message).__name__
