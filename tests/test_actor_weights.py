@@ -162,6 +162,23 @@ class ActorProcess:
         self.proc.wait(timeout=TIMEOUT_S)
 
 
+class Member:
+    """An actor's control thread and CPU engine in this process, started; ``heard`` is what it was told."""
+
+    def __init__(self, head: Head, actor_id: int, timeout_s: float, **config_changes):
+        self.engine = tiny_engine(**config_changes)
+        self.engine.start()
+        self.heard: list[Control] = []
+        self.control = ControlThread(self.engine, actor_id, head.addresses, timeout_s, self.heard.append,
+                                     join_retry_s=0.2)
+        self.control.start()
+
+    def stop(self) -> None:
+        self.control.stop()
+        self.control.join(timeout=10)
+        self.engine.stop()
+
+
 def subscribed(head: Head, seen: Callable[[], bool]) -> int:
     """PUB drops what it sends before a subscriber is connected: say ``stop`` until heard (the control
     thread only hands it to its callback, which here records it); returns how many were said."""
@@ -222,11 +239,8 @@ def test_after_a_broadcast_fails_every_surviving_actor_gets_the_next_version():
     head = Head(broadcast_timeout_s=6.0, bucket_nbytes=64 << 20)
     publisher = WeightPublisher(head.pub, head.broadcaster, head.take_join_requests)
     doomed = ActorProcess(1, head, WIDE)
-    engine = tiny_engine(**WIDE)
-    engine.start()
-    heard: list[Control] = []
-    survivor = ControlThread(engine, 2, head.addresses, 6.0, heard.append, join_retry_s=0.2)
-    survivor.start()
+    survivor = Member(head, 2, 6.0, **WIDE)
+    engine, heard = survivor.engine, survivor.heard
     try:
         subscribed(head, lambda: bool(heard))
         assert head.wait_for_joins({1, 2}, timeout_s=60)  # the other process imports torch first
@@ -250,12 +264,10 @@ def test_after_a_broadcast_fails_every_surviving_actor_gets_the_next_version():
         publisher.publish(tiny_weights(3, **WIDE), 3)
         wait_until(lambda: engine.version == 3, "the survivor serving version 3", timeout_s=10)
         assert publisher.broadcaster.members == [2] and not publisher.actors_behind
-        assert survivor.error is None
+        assert survivor.control.error is None
     finally:
         doomed.proc.kill()
         survivor.stop()
-        survivor.join(timeout=10)
-        engine.stop()
         head.close()
 
 
@@ -265,11 +277,8 @@ def test_a_join_request_a_member_sent_before_its_regroup_leaves_the_working_grou
     # resend for nothing, and would fail the publish outright if another member were busy then.
     head = Head()
     publisher = WeightPublisher(head.pub, head.broadcaster, head.take_join_requests)
-    engine = tiny_engine()
-    engine.start()
-    heard: list[Control] = []
-    member = ControlThread(engine, 2, head.addresses, 5.0, heard.append, join_retry_s=0.2)
-    member.start()
+    member = Member(head, 2, 5.0)
+    engine, heard = member.engine, member.heard
     push = configure(zmq.Context.instance().socket(zmq.PUSH))
     push.connect(head.addresses["trajectories"])
     try:
@@ -289,12 +298,10 @@ def test_a_join_request_a_member_sent_before_its_regroup_leaves_the_working_grou
         publisher.publish(tiny_weights(3), 3)
         wait_until(lambda: engine.version == 3, "the member serving version 3")
         assert publisher.broadcaster.generation == 2 and publisher.stale_joins == 1
-        assert publisher.failures == 0 and member.error is None
+        assert publisher.failures == 0 and member.control.error is None
     finally:
         push.close()
         member.stop()
-        member.join(timeout=10)
-        engine.stop()
         head.close()
 
 
@@ -302,11 +309,8 @@ def test_a_member_the_launcher_saw_die_is_left_out_of_the_next_group_without_a_f
     head = Head()
     publisher = WeightPublisher(head.pub, head.broadcaster, head.take_join_requests)
     dead = ActorProcess(1, head, {})
-    engine = tiny_engine()
-    engine.start()
-    heard: list[Control] = []
-    survivor = ControlThread(engine, 2, head.addresses, 5.0, heard.append, join_retry_s=0.2)
-    survivor.start()
+    survivor = Member(head, 2, 5.0)
+    engine, heard = survivor.engine, survivor.heard
     try:
         subscribed(head, lambda: bool(heard))
         assert head.wait_for_joins({1, 2}, timeout_s=60)  # the other process imports torch first
@@ -323,6 +327,4 @@ def test_a_member_the_launcher_saw_die_is_left_out_of_the_next_group_without_a_f
     finally:
         dead.proc.kill()
         survivor.stop()
-        survivor.join(timeout=10)
-        engine.stop()
         head.close()
