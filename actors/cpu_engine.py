@@ -40,6 +40,7 @@ from actors.decode_batch import DecodeBatch, EngineRequest, Newcomer, prefill, p
 from actors.engine_api import EngineError, Generation, SamplingParams
 from actors.kv_slab import RowKv
 from actors.prefix_cache import CachedPrefix, PrefixCache
+from actors.weight_member import HostReceivedWeights
 from common.heap import HeapTrimmer
 
 __all__ = ["CpuEngine", "EngineError", "Generation", "SamplingParams"]
@@ -181,6 +182,10 @@ class CpuEngine:
             request.cancelled = True
             self._forget_waiting(request)
             raise
+
+    def weight_group_member(self, address: str, timeout_s: float, device: str) -> HostReceivedWeights:
+        """The actor process receives each version and stages it here (``stage_weights``)."""
+        return HostReceivedWeights(self, address, timeout_s, device)
 
     def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> bool:
         """Stage new weights (thread-safe); they are copied in at the next step boundary.

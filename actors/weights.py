@@ -5,9 +5,10 @@ Collectives block, so they live here, off the event loop:
    newest generation it has heard announced (a request sent just before a regroup naming it is
    then known to the head as stale);
 2. ``Control(regroup)`` naming it: join that generation's group (bounded by the deadline);
-3. ``WeightsAnnounce`` of its generation: receive every bucket, then stage the weights in the
-   engine, which applies them between two decode steps; a version already staged or served (the
-   learner resends the current one while a join is pending) is received, ignored and counted;
+3. ``WeightsAnnounce`` of its generation: the engine's ``WeightGroupMember`` takes part in the
+   broadcast (``actors/weight_member.py``: received here and staged in the CPU engine, or received
+   inside vLLM's workers); a version already staged or served (the learner resends the current one
+   while a join is pending) is received, ignored and counted;
 4. any failure (a dead peer, a missed deadline) drops it out of the group: back to 1.
 Other ``Control`` messages are handed to ``on_control``.
 """
@@ -25,7 +26,7 @@ from actors.engine_api import InferenceEngine
 from common import protocol
 from common.protocol import Control, GroupJoin, WeightsAnnounce
 from common.transport import Inbox, configure, connect
-from common.weight_sync import BroadcastFailed, WeightReceiver
+from common.weight_sync import BroadcastFailed
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class ControlThread(threading.Thread):
         self._push = configure(ctx.socket(zmq.PUSH))  # its own socket: zmq sockets are per thread
         connect(self._push, addresses["trajectories"])
         # The learner names the device: NCCL into GPU memory next to vLLM, gloo into CPU memory.
-        self._receiver = WeightReceiver(addresses["weights"], timeout_s, addresses.get("weights_device", "cpu"))
+        self._member = engine.weight_group_member(addresses["weights"], timeout_s,
+                                                  addresses.get("weights_device", "cpu"))
         self._inbox = Inbox("actor-control")
         self._join_retry_s = join_retry_s
         self._last_join = 0.0
@@ -56,7 +58,7 @@ class ControlThread(threading.Thread):
     def run(self) -> None:
         try:
             while not self._stopping.is_set():
-                if self._receiver.generation is None and time.monotonic() - self._last_join > self._join_retry_s:
+                if self._member.generation is None and time.monotonic() - self._last_join > self._join_retry_s:
                     self._ask_to_join()
                 if self._sub.poll(100):
                     self._handle(self._sub.recv())
@@ -77,7 +79,7 @@ class ControlThread(threading.Thread):
     def _handle(self, frame: bytes) -> None:
         message = self._inbox.parse(frame, (WeightsAnnounce, Control))
         if isinstance(message, WeightsAnnounce):
-            if message.generation == self._receiver.generation:
+            if message.generation == self._member.generation:
                 self._receive(message)
         elif isinstance(message, Control) and message.command == "regroup":
             self._regroup(message)
@@ -88,28 +90,22 @@ class ControlThread(threading.Thread):
         self._generation_seen = max(self._generation_seen, message.generation or 0)
         members = message.members or []
         if self.actor_id not in members:
-            self._receiver.leave()  # a newer generation without us: ask again
+            self._member.leave()  # a newer generation without us: ask again
             return
         try:
-            self._receiver.join(message.generation, members.index(self.actor_id) + 1, len(members) + 1)
+            self._member.join(message.generation, members.index(self.actor_id) + 1, len(members) + 1)
             log.info("joined weight group generation %d as rank %d", message.generation,
                      members.index(self.actor_id) + 1)
         except BroadcastFailed as exc:
             self._failed(exc)
 
     def _receive(self, announce: WeightsAnnounce) -> None:
-        # The engine holds the staged tensors (views of the receive buffers) until it has copied
-        # them in, which it has done once it serves their version: only then may they be reused.
-        staged_before = self.versions_applied[-1] if self.versions_applied else None
-        reuse = staged_before is not None and self.engine.version >= staged_before
         try:
-            tensors = self._receiver.receive(announce, reuse_buffers=reuse)
+            taken = self._member.receive(announce)
         except BroadcastFailed as exc:
             self._failed(exc)
             return
-        # The engine decides what a resend is (a version not newer than the one staged or serving):
-        # the collective had to be joined all the same.
-        if not self.engine.stage_weights(tensors, announce.version):
+        if not taken:
             self.resends_ignored += 1
             log.info("version %d again (serving %d): received and ignored", announce.version, self.engine.version)
             return

@@ -18,9 +18,11 @@ What makes it cost about as much as one raw broadcast of the same bytes:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
-from collections import Counter
+import os
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator, Mapping
 
 import torch
@@ -98,15 +100,44 @@ def _sole_tensor(announce: WeightsAnnounce, bucket: int, tensors: dict[str, torc
     return tensor.reshape(-1).view(torch.uint8) if tensor.is_contiguous() else None
 
 
+_NCCL_NO_TEARDOWN = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "0", "TORCH_NCCL_ENABLE_MONITORING": "0",
+                     "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}
+"""Read by each ProcessGroupNCCL as it is built. By default NCCL's watchdog tears the whole process
+down when a collective times out (a dead actor mid-broadcast would kill the learner), and its
+heartbeat monitor kills a process whose watchdog seems stuck. A weight group's failures are ours
+to handle, as on gloo: the wait raises, the group is aborted and re-formed."""
+
+
 def _weight_group(store: dist.Store, generation: int, rank: int, world_size: int, timeout_s: float,
                   device: torch.device) -> dist.ProcessGroup:
+    """Form the group now (eager: a member that never comes fails here, within the deadline)."""
     prefixed = dist.PrefixStore(f"weights/{generation}", store)
     timeout = datetime.timedelta(seconds=timeout_s)
-    if device.type == "cuda":
-        options = dist.ProcessGroupNCCL.Options()
-        options._timeout = timeout
-        return dist.ProcessGroupNCCL(prefixed, rank, world_size, options)
-    return dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)
+    if device.type != "cuda":
+        return dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)  # connects every pair now
+    options = dist.ProcessGroupNCCL.Options()
+    options._timeout = timeout
+    with _environment(_NCCL_NO_TEARDOWN):
+        group = dist.ProcessGroupNCCL(prefixed, rank, world_size, options)
+    # NCCL builds its communicator lazily, at the first collective, where a missing member would
+    # hang the sender's first bucket instead of failing the regroup; connect it now.
+    group.eager_connect_single_device(torch.device("cuda", torch.cuda.current_device()))
+    return group
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the block only (other groups of the process keep their own)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _start_broadcast(group: dist.ProcessGroup, buf: torch.Tensor) -> dist.Work:
@@ -238,13 +269,14 @@ class WeightReceiver:
 
     def __init__(self, address: str, timeout_s: float, device: str = "cpu"):
         host, port = address.rsplit(":", 1)
-        self.timeout_s = timeout_s
+        self.address, self.timeout_s = address, timeout_s
         self.device = torch.device(device)
         self._store = dist.TCPStore(host, int(port), None, is_master=False,
                                     timeout=datetime.timedelta(seconds=timeout_s))
         self.generation: int | None = None
         self._group: dist.ProcessGroup | None = None
         self._buffers: list[torch.Tensor] = []
+        self._ring: list[torch.Tensor] = []  # receive_stream's buffers
 
     def join(self, generation: int, rank: int, world_size: int) -> None:
         """Join ``generation`` (blocking, bounded by the deadline); BroadcastFailed if it fails."""
@@ -276,6 +308,44 @@ class WeightReceiver:
             self.leave()
             raise BroadcastFailed(f"receiving version {announce.version} failed: {exc}") from None
         return tensors
+
+    def receive_stream(self, announce: WeightsAnnounce) -> Iterator[dict[str, torch.Tensor]]:
+        """Each bucket of ``announce`` in turn, as views into one of a few buffers kept between calls:
+        a bucket's views are valid until the next bucket is asked for, so the caller copies them out
+        (loads them into its model) first. At most ``_MAX_IN_FLIGHT`` buckets are held, whatever the
+        model's size. BroadcastFailed (and out of the group) on any failure; a caller that stops early
+        leaves the group too, since the rest of the broadcast was never received."""
+        assert self._group is not None and announce.generation == self.generation
+        sizes = announce.bucket_nbytes
+        ring = self._ring_buffers(max(sizes, default=0), min(_MAX_IN_FLIGHT, len(sizes)))
+        posted: deque[tuple[int, dist.Work, torch.Tensor]] = deque()
+        received = 0
+        try:
+            for bucket in range(min(len(ring), len(sizes))):
+                posted.append(self._post(bucket, ring[bucket][: sizes[bucket]]))
+            while posted:
+                bucket, work, buf = posted.popleft()
+                _finish(work, buf, self.timeout_s)
+                yield unpack_bucket(announce, bucket, buf)
+                received += 1
+                following = bucket + len(ring)  # into the buffer just handed back
+                if following < len(sizes):
+                    posted.append(self._post(following, ring[bucket % len(ring)][: sizes[following]]))
+        except GeneratorExit:
+            if received < len(sizes):
+                self.leave()
+            raise
+        except Exception as exc:
+            self.leave()
+            raise BroadcastFailed(f"receiving version {announce.version} failed: {exc}") from None
+
+    def _post(self, bucket: int, buf: torch.Tensor) -> tuple[int, dist.Work, torch.Tensor]:
+        return bucket, _start_broadcast(self._group, buf), buf
+
+    def _ring_buffers(self, nbytes: int, count: int) -> list[torch.Tensor]:
+        if len(self._ring) < count or (self._ring and self._ring[0].numel() < nbytes):
+            self._ring = [torch.empty(nbytes, dtype=torch.uint8, device=self.device) for _ in range(count)]
+        return self._ring
 
     def _receive_buffers(self, sizes: list[int], reuse: bool) -> list[torch.Tensor]:
         if not reuse or [b.numel() for b in self._buffers] != sizes:

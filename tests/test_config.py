@@ -173,11 +173,11 @@ def test_the_resolved_config_writes_out_the_chosen_estimators_settings(tmp_path)
 def test_an_engine_knob_set_under_the_other_engine_is_an_error(knob):
     engine = ENGINE_ONLY_KNOBS[knob]
     other = "cpu" if engine == "vllm" else "vllm"
-    value = "0.5" if "utilization" in knob else "7"
+    value, expected = ("0.5", 0.5) if "utilization" in knob else ("true", True) if "eager" in knob else ("7", 7.0)
     with pytest.raises(ConfigError, match=f"actors.{knob} applies only to engine {engine}; engine is {other}"):
         load_config(None, ["--actors.engine", other, f"--actors.{knob}", value])
     chosen = load_config(None, ["--actors.engine", engine, f"--actors.{knob}", value]).actors
-    assert getattr(chosen, knob) == float(value)
+    assert getattr(chosen, knob) == expected
 
 
 def test_a_kl_estimator_without_a_kl_term_is_an_error():
