@@ -352,6 +352,7 @@ def test_memory_stays_bounded_over_20_updates(served):
         served.serve("other" if round_index % 2 else "base")
         generate(served.engine, [7, 8, 9], SamplingParams(max_new_tokens=4))
     grown = _descendants_rss_bytes() - before
+    print(f"vLLM processes grew {grown / 2**20:.1f} MB over 20 updates of a {model_bytes / 2**20:.1f} MB model")
     # Holding one more copy of the model per update would grow 20 copies; allow 4 for the allocator.
     assert grown < 4 * model_bytes, f"vLLM's processes grew {grown / 2**20:.1f} MB over 20 updates"
 
