@@ -39,6 +39,8 @@ class Node:
     cpus: float
     address: str = ""
     """Its IP on a live Ray cluster; empty in a described cluster."""
+    node_id: str = ""
+    """Its Ray node ID on a live cluster (the launcher pins each bundle to its plan node); empty otherwise."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from common.launcher.placement import Cluster, Node, PlacementError, PlacementPlan
+from common.launcher.placement import Cluster, GroupPlan, Node, PlacementError, PlacementPlan
 
 
 def gpus_here() -> int:
@@ -46,18 +46,24 @@ def join(address: str, role_env: dict[str, str]) -> Cluster:
 
 def describe_running_cluster() -> Cluster:
     """Alive nodes with their CPUs and GPUs, ordered by address (stable across calls)."""
-    nodes = [Node(int(n["Resources"].get("GPU", 0)), float(n["Resources"].get("CPU", 0)), n["NodeManagerAddress"])
-             for n in ray.nodes() if n.get("Alive")]
+    nodes = [Node(int(n["Resources"].get("GPU", 0)), float(n["Resources"].get("CPU", 0)), n["NodeManagerAddress"],
+                  n["NodeID"]) for n in ray.nodes() if n.get("Alive")]
     return Cluster(tuple(sorted(nodes, key=lambda n: (n.address, -n.gpus))))
 
 
 class PlacementGroups:
-    """One Ray placement group per plan group, ready before any role starts."""
+    """One Ray placement group per plan group, ready before any role starts.
+
+    On a live cluster each bundle is pinned to the node the plan chose: Ray's own choice among the
+    nodes that fit differs (it put a 1-CPU learner on the 3-CPU node of a 1 + 3 CPU cluster, and its
+    envhub server on the 1-CPU node), so the printed plan would not be where the processes run, and
+    a group the plan fits could find its node taken."""
 
     def __init__(self, plan: PlacementPlan, ready_timeout_s: float = 120.0):
         self.plan = plan
         self.groups = {g.name: placement_group([b.resources() for b in g.bundles], strategy=g.strategy,
-                                               name=f"longhorizon-{g.name}") for g in plan.groups}
+                                               name=f"longhorizon-{g.name}", bundle_label_selector=_pins(plan, g))
+                       for g in plan.groups}
         ready = {pg.ready(): name for name, pg in self.groups.items()}
         done, pending = ray.wait(list(ready), num_returns=len(ready), timeout=ready_timeout_s)
         if pending:
@@ -83,3 +89,10 @@ class PlacementGroups:
     def remove(self) -> None:
         for pg in self.groups.values():
             remove_placement_group(pg)
+
+
+def _pins(plan: PlacementPlan, group: GroupPlan) -> list[dict[str, str]] | None:
+    """One label selector per bundle naming its plan node (Ray labels every node with its ID);
+    None where the nodes have no IDs (a fresh local cluster of one node: nothing to choose)."""
+    node_ids = [plan.cluster.nodes[b.node].node_id for b in group.bundles]
+    return [{"ray.io/node-id": node_id} for node_id in node_ids] if all(node_ids) else None
