@@ -59,6 +59,7 @@ class Actor:
         self.generated_tokens = 0
         self._latencies: list[float] = []
         self._stop: asyncio.Event | None = None
+        self._stop_requested = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.engine: InferenceEngine | None = None
         self._health: EngineHealth | None = None
@@ -70,7 +71,8 @@ class Actor:
         return uvloop.run(self._main())
 
     def stop(self) -> None:
-        """Thread-safe request to stop; nothing to do once the actor has stopped."""
+        """Thread-safe request to stop, heard even before the loop runs; nothing to do once stopped."""
+        self._stop_requested = True
         if self._loop is not None and self._stop is not None:
             try:
                 self._loop.call_soon_threadsafe(self._stop.set)
@@ -79,6 +81,8 @@ class Actor:
 
     async def _main(self) -> dict:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        if self._stop_requested:  # the launcher said stop while this process was still starting
+            self._stop.set()
         cfg = self.cfg
         path = self.addresses["model_path"]
         tokenizer = load_tokenizer(path)

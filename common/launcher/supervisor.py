@@ -251,9 +251,14 @@ class Supervisor:
         return replacement
 
     def _wait_actors(self, runs: dict, learner: Role, timeout_s: float = 60.0) -> list[dict]:
-        """Actors and followers stop on the learner's word; collect their summaries."""
+        """Actors and followers stop on the learner's word; collect their summaries. The word is one
+        message on the control channel: an actor restarted late (still starting when it was sent)
+        never hears it, so every actor is also told directly."""
         results = list(self._finished_early.values())
         pending = [ref for ref, role in runs.items() if role is not learner and ref not in self._finished_early]
+        for ref in pending:
+            if runs[ref].name.startswith("actor-"):
+                runs[ref].handle.call.remote("stop")  # answered at once; its run() then returns
         done, _ = ray.wait(pending, num_returns=len(pending), timeout=timeout_s)
         for ref in done:
             try:
