@@ -112,7 +112,14 @@ def dry_run(cfg: Config, args: argparse.Namespace) -> int:
                 cluster = ray_cluster.join(args.ray_address, {})
             else:
                 cluster = local_cluster(cfg, os.cpu_count() or 1, ray_cluster.gpus_here())
-        print(format_plan(plan_placement(cluster, cfg)))
+        plan = plan_placement(cluster, cfg)
+        print(format_plan(plan))
+        if plan.on_gpus and cfg.actors.engine == "vllm":
+            from common.launcher.gpu_memory import actor_gpu_memory
+            from common.models import local_model_config
+
+            dtype = cfg.actors.engine_dtype or "bfloat16"  # vLLM's default on GPUs (actors/build_engine.py)
+            print("  " + actor_gpu_memory(local_model_config(cfg.model.name, cfg.model.cache_dir), cfg, dtype))
     except (PlacementError, ConnectionError) as exc:  # ConnectionError: no Ray cluster at --ray-address
         print(f"launch: {exc}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from transformers import GenerationConfig
 
 from actors.cpu_engine import CpuEngine
@@ -28,13 +29,19 @@ def build_engine(cfg: Config, model_path: str, actor_id: int, version: int) -> I
     kv_cache_bytes = int(cfg.actors.vllm_kv_cache_mb * 2**20) or None
     longest = cfg.rollout.max_episode_tokens + cfg.rollout.max_new_tokens  # an episode's last prompt + turn
     positions = json.loads((Path(model_path) / "config.json").read_text()).get("max_position_embeddings") or longest
-    config = VllmEngineConfig(model_path=model_path, dtype=cfg.actors.engine_dtype or cfg.model.dtype, seed=seed,
+    config = VllmEngineConfig(model_path=model_path, dtype=vllm_serving_dtype(cfg), seed=seed,
                               max_model_len=min(longest, positions),
                               max_num_seqs=cfg.actors.max_batch_size,
                               gpu_memory_utilization=cfg.actors.vllm_gpu_memory_utilization,
                               kv_cache_memory_bytes=kv_cache_bytes, enforce_eager=cfg.actors.vllm_enforce_eager,
                               update_timeout_s=cfg.learner.broadcast_timeout_s)
     return VllmEngine(config, initial_version=version)
+
+
+def vllm_serving_dtype(cfg: Config) -> str:
+    """``actors.engine_dtype``; unset, bf16 on a GPU (what vLLM serves fast; the learner's updates are
+    cast as they load, and the importance weights correct for the rounding), else ``model.dtype``."""
+    return cfg.actors.engine_dtype or ("bfloat16" if torch.cuda.is_available() else cfg.model.dtype)
 
 
 def kv_bytes_per_token(model) -> int:

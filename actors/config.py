@@ -23,7 +23,8 @@ class ActorsConfig:
     engine: Engine = "cpu"
     """Inference engine: ``cpu`` (transformers, continuous batching) or ``vllm`` (GPU; the vllm extra)."""
     engine_dtype: EngineDtype = ""
-    """Parameter dtype the engine serves in (``float32``, ``bfloat16``); empty: ``model.dtype``. With
+    """Parameter dtype the engine serves in (``float32``, ``bfloat16``); empty: ``model.dtype``, except
+    that vLLM on a GPU serves ``bfloat16``. With
     ``learner.mixed_precision`` (bf16 compute over float32 master weights) a ``bfloat16`` engine
     samples from the policy the learner scores, at about half the CPU time of float32."""
     vllm_gpu_memory_utilization: float = 0.9

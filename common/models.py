@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import importlib.util
+import json
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -145,6 +146,13 @@ def load_tokenizer(path: str | Path):
     if not tokenizer.chat_template:
         raise ValueError(f"tokenizer in {path} has no chat_template; multi-turn RL needs one")
     return tokenizer
+
+
+def local_model_config(name: str, cache_dir: str | Path) -> dict | None:
+    """The model's ``config.json`` if it is on this machine already (nothing is built or converted)."""
+    folder = cache_dir_or_default(cache_dir) / _BUILDERS[name][0] if name in _BUILDERS else Path(name).expanduser()
+    path = folder / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def load_model(path: str | Path, dtype: str = "bfloat16"):
