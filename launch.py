@@ -115,11 +115,12 @@ def dry_run(cfg: Config, args: argparse.Namespace) -> int:
         plan = plan_placement(cluster, cfg)
         print(format_plan(plan))
         if plan.on_gpus and cfg.actors.engine == "vllm":
+            from actors.build_engine import vllm_serving_dtype
             from common.launcher.gpu_memory import actor_gpu_memory
             from common.models import local_model_config
 
-            dtype = cfg.actors.engine_dtype or "bfloat16"  # vLLM's default on GPUs (actors/build_engine.py)
-            print("  " + actor_gpu_memory(local_model_config(cfg.model.name, cfg.model.cache_dir), cfg, dtype))
+            model = local_model_config(cfg.model.name, cfg.model.cache_dir)
+            print("  " + actor_gpu_memory(model, cfg, vllm_serving_dtype(cfg, on_gpu=True)))
     except (PlacementError, ConnectionError) as exc:  # ConnectionError: no Ray cluster at --ray-address
         print(f"launch: {exc}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ from transformers import GenerationConfig
 from actors.cpu_engine import CpuEngine
 from actors.engine_api import InferenceEngine
 from common.config import Config
+from common.launcher.gpu_memory import kv_bytes_per_token as config_kv_bytes_per_token
 from common.models import load_model
 
 
@@ -29,7 +30,8 @@ def build_engine(cfg: Config, model_path: str, actor_id: int, version: int) -> I
     kv_cache_bytes = int(cfg.actors.vllm_kv_cache_mb * 2**20) or None
     longest = cfg.rollout.max_episode_tokens + cfg.rollout.max_new_tokens  # an episode's last prompt + turn
     positions = json.loads((Path(model_path) / "config.json").read_text()).get("max_position_embeddings") or longest
-    config = VllmEngineConfig(model_path=model_path, dtype=vllm_serving_dtype(cfg), seed=seed,
+    dtype = vllm_serving_dtype(cfg, on_gpu=torch.cuda.is_available())
+    config = VllmEngineConfig(model_path=model_path, dtype=dtype, seed=seed,
                               max_model_len=min(longest, positions),
                               max_num_seqs=cfg.actors.max_batch_size,
                               gpu_memory_utilization=cfg.actors.vllm_gpu_memory_utilization,
@@ -38,19 +40,15 @@ def build_engine(cfg: Config, model_path: str, actor_id: int, version: int) -> I
     return VllmEngine(config, initial_version=version)
 
 
-def vllm_serving_dtype(cfg: Config) -> str:
+def vllm_serving_dtype(cfg: Config, on_gpu: bool) -> str:
     """``actors.engine_dtype``; unset, bf16 on a GPU (what vLLM serves fast; the learner's updates are
     cast as they load, and the importance weights correct for the rounding), else ``model.dtype``."""
-    return cfg.actors.engine_dtype or ("bfloat16" if torch.cuda.is_available() else cfg.model.dtype)
+    return cfg.actors.engine_dtype or ("bfloat16" if on_gpu else cfg.model.dtype)
 
 
 def kv_bytes_per_token(model) -> int:
-    """Bytes of KV cache one token holds: keys and values of every layer's KV heads."""
-    config = model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    element_bytes = next(model.parameters()).element_size()
-    return 2 * config.num_hidden_layers * kv_heads * head_dim * element_bytes
+    """Bytes of KV cache one token of this loaded model holds, in its parameters' dtype."""
+    return config_kv_bytes_per_token(model.config.to_dict(), next(model.parameters()).element_size())
 
 
 def stop_token_ids(tokenizer, model_path: str) -> tuple[int, ...]:

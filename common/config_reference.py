@@ -30,9 +30,9 @@ that says so before anything starts.
 def reference() -> str:
     """The whole reference as markdown."""
     parts = [_HEADER]
+    defaults, docs = Config(), field_docs(Config)
     for f in dataclasses.fields(Config):
-        parts += _section(f.name, f.type if isinstance(f.type, type) else type(getattr(Config(), f.name)),
-                          field_docs(Config).get(f.name, ""))
+        parts += _section(f.name, type(getattr(defaults, f.name)), docs.get(f.name, ""))
     return "\n".join(parts)
 
 

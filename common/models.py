@@ -128,10 +128,9 @@ def build_once(target: Path, build: Callable[[Path], None]) -> Path:
 
 def resolve_model(name: str, cache_dir: str | Path) -> Path:
     """Return a local HF directory (config, safetensors, tokenizer with chat template)."""
+    path = _model_folder(name, cache_dir)
     if name in _BUILDERS:
-        dir_name, build = _BUILDERS[name]
-        return build_once(cache_dir_or_default(cache_dir) / dir_name, build)
-    path = Path(name).expanduser()
+        return build_once(path, _BUILDERS[name][1])
     if not (path / "config.json").is_file():
         raise FileNotFoundError(
             f"model {name!r} is neither a known name ({', '.join(sorted(_BUILDERS))}) "
@@ -150,9 +149,13 @@ def load_tokenizer(path: str | Path):
 
 def local_model_config(name: str, cache_dir: str | Path) -> dict | None:
     """The model's ``config.json`` if it is on this machine already (nothing is built or converted)."""
-    folder = cache_dir_or_default(cache_dir) / _BUILDERS[name][0] if name in _BUILDERS else Path(name).expanduser()
-    path = folder / "config.json"
+    path = _model_folder(name, cache_dir) / "config.json"
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _model_folder(name: str, cache_dir: str | Path) -> Path:
+    """Where a known name is built in the cache, or the local directory the name is."""
+    return cache_dir_or_default(cache_dir) / _BUILDERS[name][0] if name in _BUILDERS else Path(name).expanduser()
 
 
 def load_model(path: str | Path, dtype: str = "bfloat16"):

@@ -15,12 +15,16 @@ from common.config import Config
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
+def _attention_shape(model: dict) -> tuple[int, int, int]:
+    """(query heads, KV heads, head dim); ``None`` or absent keys take the usual defaults."""
+    heads = model["num_attention_heads"]
+    return heads, model.get("num_key_value_heads") or heads, model.get("head_dim") or model["hidden_size"] // heads
+
+
 def parameter_counts(model: dict) -> tuple[int, int]:
     """(all parameters, those of one decoder layer) of a Llama/Qwen2-style config."""
     hidden, layers = model["hidden_size"], model["num_hidden_layers"]
-    heads = model["num_attention_heads"]
-    kv_heads = model.get("num_key_value_heads") or heads
-    head_dim = model.get("head_dim") or hidden // heads
+    heads, kv_heads, head_dim = _attention_shape(model)
     attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
     layer = attention + 3 * hidden * model["intermediate_size"]
     embeddings = model["vocab_size"] * hidden * (1 if model.get("tie_word_embeddings") else 2)
@@ -28,9 +32,9 @@ def parameter_counts(model: dict) -> tuple[int, int]:
 
 
 def kv_bytes_per_token(model: dict, dtype_bytes: int) -> int:
-    heads = model["num_attention_heads"]
-    head_dim = model.get("head_dim") or model["hidden_size"] // heads
-    return 2 * model["num_hidden_layers"] * (model.get("num_key_value_heads") or heads) * head_dim * dtype_bytes
+    """Bytes of KV cache one token holds: keys and values of every layer's KV heads."""
+    _, kv_heads, head_dim = _attention_shape(model)
+    return 2 * model["num_hidden_layers"] * kv_heads * head_dim * dtype_bytes
 
 
 def actor_gpu_memory(model: dict | None, cfg: Config, dtype: str = "bfloat16") -> str:
@@ -45,11 +49,15 @@ def actor_gpu_memory(model: dict | None, cfg: Config, dtype: str = "bfloat16") -
     per_token = kv_bytes_per_token(model, dtype_bytes)
     tokens = cfg.actors.max_concurrent_episodes * cfg.rollout.max_episode_tokens
     kv = per_token * tokens
-    return (f"actor GPU memory (each): weights {_gib(weights)} ({params / 1e9:.2f}B params in {dtype}) + weight "
+    return (f"actor GPU memory (each): weights {_gib(weights)} ({_count(params)} params in {dtype}) + weight "
             f"receive {_gib(receive)} (2 x {cfg.learner.bucket_mb:g} MiB buckets + one layer) + KV cache {_gib(kv)} "
             f"for {cfg.actors.max_concurrent_episodes} episodes x {cfg.rollout.max_episode_tokens} tokens "
             f"({per_token / 1024:.0f} KiB a token) = {_gib(weights + receive + kv)}; vLLM may use "
             f"{cfg.actors.vllm_gpu_memory_utilization:g} of the GPU")
+
+
+def _count(params: int) -> str:
+    return f"{params / 1e9:.2f}B" if params >= 1e8 else f"{params / 1e6:.1f}M"  # the tiny model reads as 1.0M
 
 
 def _gib(nbytes: float) -> str:

@@ -39,6 +39,7 @@ import torch.nn.functional as F  # noqa: E402
 from transformers import AutoModelForCausalLM, Qwen2Config  # noqa: E402
 
 from common.config import load_config  # noqa: E402
+from common.launcher.gpu_memory import parameter_counts  # noqa: E402
 from common.net import free_port  # noqa: E402
 from common.tiny_model import build_tiny_model  # noqa: E402
 from common.weight_sync import pack_bucket, plan_buckets  # noqa: E402
@@ -166,11 +167,7 @@ def _peak_flops() -> float | None:
 
 
 def _fits(name: str) -> tuple[bool, str]:
-    config = Qwen2Config(vocab_size=VOCAB_SIZE, **SHAPES[name])
-    embedding = config.vocab_size * config.hidden_size
-    layer = config.hidden_size * (2 * config.hidden_size + 2 * config.num_key_value_heads * config.hidden_size
-                                  // config.num_attention_heads + 3 * config.intermediate_size)
-    params = embedding * (1 if config.tie_word_embeddings else 2) + layer * config.num_hidden_layers
+    params, _ = parameter_counts(dict(SHAPES[name], vocab_size=VOCAB_SIZE))
     need, free = params * TRAIN_BYTES_PER_PARAM * 1.25, torch.cuda.mem_get_info()[0]
     why = f"{name}: needs ~{need / 2**30:.0f} GiB (16 B a parameter + activations), {free / 2**30:.0f} GiB free"
     return need < free, why
