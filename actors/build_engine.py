@@ -11,7 +11,7 @@ from transformers import GenerationConfig
 from actors.cpu_engine import CpuEngine
 from actors.engine_api import InferenceEngine
 from common.config import Config
-from common.launcher.gpu_memory import kv_bytes_per_token as config_kv_bytes_per_token
+from common.model_geometry import kv_bytes_per_token as config_kv_bytes_per_token
 from common.models import load_model
 
 

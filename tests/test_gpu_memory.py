@@ -7,7 +7,8 @@ import re
 import pytest
 
 from common.config import load_config
-from common.launcher.gpu_memory import actor_gpu_memory, kv_bytes_per_token, parameter_counts
+from common.launcher.gpu_memory import actor_gpu_memory
+from common.model_geometry import kv_bytes_per_token, parameter_counts
 from tests.gpu.check import SHAPES, VOCAB_SIZE
 from tests.launching import REPO
 from tests.test_placement import dry_run
@@ -38,8 +39,10 @@ def test_a_model_not_downloaded_yet_is_said_not_guessed():
     assert "not on this machine yet" in actor_gpu_memory(None, cfg)
 
 
-def test_a_gpu_dry_run_with_vllm_actors_prints_each_actor_gpus_memory(tmp_path):
+def test_a_gpu_dry_run_with_vllm_actors_prints_each_actor_gpus_memory(tmp_path, model_path):
+    # A model directory on this machine: the dry run reads its config.json and builds nothing.
     proc = dry_run("--actors", "64", "--learner-gpus", "8", "--dry-run", "--cluster", "9x8gpu,64cpu",
-                   "--actors.engine", "vllm", "--output-dir", str(tmp_path))
+                   "--actors.engine", "vllm", "--model.name", model_path, "--model.warm_start", "",
+                   "--output-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "actor GPU memory (each)" in proc.stdout and "KV cache" in proc.stdout

@@ -39,7 +39,7 @@ import torch.nn.functional as F  # noqa: E402
 from transformers import AutoModelForCausalLM, Qwen2Config  # noqa: E402
 
 from common.config import load_config  # noqa: E402
-from common.launcher.gpu_memory import parameter_counts  # noqa: E402
+from common.model_geometry import parameter_counts  # noqa: E402
 from common.net import free_port  # noqa: E402
 from common.tiny_model import build_tiny_model  # noqa: E402
 from common.weight_sync import pack_bucket, plan_buckets  # noqa: E402
