@@ -24,6 +24,7 @@ from envhub.conformance import check_env
 from envhub.envs.agentgym import AgentGymEnv, AgentGymServerError, register_configured_servers
 from envhub.envs.agentgym_protocol.answers import custom_observation
 from envhub.envs.agentgym_protocol.families import FAMILIES
+from envhub.envs.agentgym_protocol.remote import AgentGymHttp
 from envhub.envs.agentgym_protocol.replies import NO_BACKTICKS, ONE_ACTION_ONLY, action_from_reply
 from envhub.main import bind_socket
 from tests.agentgym_standins import StandinState, serving
@@ -449,3 +450,39 @@ def test_the_custom_family_reads_state_and_folds_in_what_the_server_lists() -> N
     assert custom_observation({"observation": "You see a stone.", "available_actions": ["take stone", "look"],
                                "task_description": "Find the stone."}) == \
         "Find the stone.\nYou see a stone.\nAVAILABLE ACTIONS: take stone, look"
+
+
+def test_a_call_after_an_http_500_goes_out_on_a_fresh_connection() -> None:
+    """uvicorn closes the connection it answered 500 on (an unhandled exception in an AgentGym
+    server); this server closes it only once the next request arrives, the race at its worst."""
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        failing = connections == 1
+        body = b"Internal Server Error" if failing else b'{"id": 3}'
+        status = b"500 Internal Server Error" if failing else b"200 OK"
+        writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\nContent-Length: "
+                     + str(len(body)).encode() + b"\r\n\r\n" + body)
+        await writer.drain()
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await reader.readuntil(b"\r\n\r\n")  # the next request on this connection: never answered
+        writer.close()
+
+    async def body() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        http = AgentGymHttp(f"http://127.0.0.1:{port}", "", timeout_s=5)
+        try:
+            with pytest.raises(AgentGymServerError, match="HTTP 500"):
+                await http.call("POST", "/reset", {"id": 0})
+            assert await http.call("POST", "/create") == {"id": 3}
+        finally:
+            await http.aclose()
+            server.close()
+            await server.wait_closed()
+        assert connections == 2
+
+    asyncio.run(body())

@@ -50,6 +50,11 @@ class AgentGymHttp:
             response = await self._client().request(method, path, json=body, params=params)
         except httpx.HTTPError as error:
             raise AgentGymServerError(f"{where} failed: {type(error).__name__}: {error}") from error
+        if response.status_code >= 500:
+            # AgentGym's servers are uvicorn apps: after an unhandled exception uvicorn closes the
+            # connection it answered 500 on, and a request sent on it before the close arrives fails
+            # with ReadError. Drop the pool so the next call opens a fresh connection.
+            await self.aclose()
         if not response.is_success:
             raise AgentGymServerError(f"{where} answered HTTP {response.status_code}: {response.text[:300]}",
                                       response.status_code)
