@@ -16,6 +16,8 @@
     python launch.py --run-name r1 --resume            # continue runs/r1 from its last checkpoint
     python launch.py --mode sync                       # the synchronous loop, for comparison
     python launch.py --replay runs/r1/trajectories     # the learner alone, on a recorded stream
+    python launch.py --config configs/babyai.yaml --evaluate runs/r1/checkpoints/step_000030/hf \
+        --rollout.eval_greedy true --learner.eval_samples 1   # score a model on held-out tasks only
     python launch.py --actors 64 --learner-gpus 8 --dry-run --cluster 9x8gpu,64cpu   # print the plan
     python launch.py --ray-address auto --actors 64 --learner-gpus 8   # on a `ray start` cluster
 """
@@ -42,6 +44,17 @@ for _key, _value in ROLE_ENV.items():
     os.environ.setdefault(_key, _value)
 
 from common.config import Config, ConfigError, load_config, write_resolved  # noqa: E402
+from learner.config import HorizonConfig  # noqa: E402
+
+
+def evaluate_overrides(model: str) -> list[str]:
+    """``--evaluate MODEL``: zero learner steps and the one validation round, waited for, on MODEL
+    (a run of no steps draws no training tasks: ``TaskSampler.draw_training``)."""
+    if Path(model).expanduser().exists():  # a folder: the roles start in the repository root, not here
+        model = str(Path(model).expanduser().resolve())
+    return ["--model.name", model, "--model.warm_start", "", "--run.max_steps", "0", "--learner.eval_every", "0",
+            "--learner.eval_at_start", "false", "--learner.eval_at_end", "true"]
+
 
 FLAG_TO_KEY = {"actors": "actors.count", "learner_gpus": "learner.num_ranks", "max_steps": "run.max_steps",
                "output_dir": "run.output_dir", "run_name": "run.run_name", "mode": "run.mode"}
@@ -60,6 +73,10 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
                         "reference loop on the same parts (generate a batch, wait for it, train, broadcast)")
     parser.add_argument("--resume", action="store_true", help="continue --run-name from its latest checkpoint")
     parser.add_argument("--replay", metavar="TRAJECTORIES", help="train on a recorded stream; no actors, no envhub")
+    parser.add_argument("--evaluate", metavar="MODEL", help="score MODEL (a checkpoint's hf/ folder, a model "
+                        "folder or a known name) on the config's held-out tasks and stop: no training step. "
+                        "learner.eval_split / eval_tasks_per_env / eval_samples and rollout.eval_greedy choose "
+                        "the tasks and the sampling")
     parser.add_argument("--ray-address", metavar="auto|HOST:PORT",
                         help="join a running Ray cluster (`ray start --head`) instead of a fresh local one")
     parser.add_argument("--dry-run", action="store_true", help="print the placement plan and start nothing")
@@ -75,17 +92,30 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
         overrides += ["--run.resume", "true"]
     if args.replay:
         overrides += ["--run.replay", str(Path(args.replay).resolve())]
+    if args.evaluate:
+        if args.resume or args.replay or args.max_steps:
+            parser.error("--evaluate trains nothing: it takes no --resume, --replay or --max-steps")
+        overrides = evaluate_overrides(args.evaluate) + overrides  # the user's own overrides come after
     for flag, key in FLAG_TO_KEY.items():
         if getattr(args, flag) is not None:
             overrides += [f"--{key}", str(getattr(args, flag))]
     try:
-        return load_config(args.config, overrides), args
+        cfg = load_config(args.config, overrides)
     except ConfigError as exc:
         parser.error(str(exc))
+    return (at_longest_horizon(cfg) if args.evaluate else cfg), args
+
+
+def at_longest_horizon(cfg: Config) -> Config:
+    """An evaluation plays at the schedule's longest turn cap (each env's own limit where lower),
+    the horizon a trained model ends at, rather than at the cap of step 0."""
+    longest = HorizonConfig(kind="fixed", turn_caps=[max(cfg.learner.horizon.turn_caps)], boundaries=[])
+    return replace(cfg, learner=replace(cfg.learner, horizon=longest))
 
 
 def run_dir_of(cfg: Config) -> Path:
-    name = cfg.run.run_name or time.strftime("run-%Y%m%d-%H%M%S")
+    kind = "eval" if cfg.run.max_steps == 0 else "run"
+    name = cfg.run.run_name or time.strftime(f"{kind}-%Y%m%d-%H%M%S")
     run_dir = Path(cfg.run.output_dir).expanduser().resolve() / name
     if cfg.run.resume and not run_dir.is_dir():
         sys.exit(f"launch: --resume: no run folder {run_dir}")

@@ -30,6 +30,10 @@ class SamplingParams:
     """Logits are divided by this before softmax; must be > 0 (no greedy mode)."""
     stop_token_ids: tuple[int, ...] = ()
     """Sampling one of these ends the request with "stop"; the stop token is kept in the output."""
+    greedy: bool = False
+    """Take the most likely token instead of sampling (held-out evaluation, ``rollout.eval_greedy``);
+    the logprob recorded is still the tempered one. Never for training: the learner's importance
+    weights assume tokens drawn from softmax(logits / temperature)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:

@@ -49,10 +49,15 @@ class EpisodeDeps:
     """The episode is cut this long before its lease's deadline, so that it reaches the head in time."""
     tokens: TranscriptTokens | None = None
     """Openings and observations as token ids (remembered, long ones off the loop); made if not given."""
+    eval_sampling: SamplingParams | None = None
+    """How held-out (``purpose="eval"``) episodes sample; ``sampling`` if not given."""
 
     def __post_init__(self) -> None:
         if self.tokens is None:
             self.tokens = TranscriptTokens(self.tokenizer, self.system_prompt or None)
+
+    def sampling_for(self, purpose: str) -> SamplingParams:
+        return self.eval_sampling if purpose == "eval" and self.eval_sampling is not None else self.sampling
 
 
 @dataclass
@@ -150,7 +155,7 @@ async def _turns(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sess
             return
         t = time.monotonic()
         # The transcript itself, not a copy: an engine copies what it keeps (``InferenceEngine.generate``).
-        gen = await deps.engine.generate(buf.token_ids, deps.sampling)
+        gen = await deps.engine.generate(buf.token_ids, deps.sampling_for(lease.purpose))
         out.timings["generate_s"] += time.monotonic() - t
         buf.append_generated(gen.token_ids, gen.logprobs, gen.versions)
         action = deps.tokens.reply_text(gen.token_ids).strip()

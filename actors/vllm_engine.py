@@ -140,7 +140,7 @@ def _vllm_params(params: SamplingParams, max_tokens: int) -> VllmSamplingParams:
     return VllmSamplingParams(
         n=1,
         max_tokens=max_tokens,
-        temperature=params.temperature,
+        temperature=0.0 if params.greedy else params.temperature,  # vLLM's greedy: temperature 0
         logprobs=0,  # the sampled token's own logprob only
         stop_token_ids=list(params.stop_token_ids),
         ignore_eos=True,  # stop on exactly the caller's stop ids, like the CPU engine
@@ -276,7 +276,7 @@ class VllmEngine:
     def _check_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         if len(prompt_token_ids) == 0:
             raise ValueError("prompt_token_ids is empty; the engine needs at least one token")
-        if params.temperature < MIN_TEMPERATURE:
+        if params.temperature < MIN_TEMPERATURE and not params.greedy:
             raise ValueError(f"temperature {params.temperature} < {MIN_TEMPERATURE}: vLLM would sample greedily")
         if self._vocab_size:
             bad = [t for t in prompt_token_ids if not (isinstance(t, int) and 0 <= t < self._vocab_size)]

@@ -100,6 +100,9 @@ class RolloutSection:
     """Episodes per task lease (the GRPO group)."""
     temperature: float = 1.0
     """Sampling temperature; the learner uses the same one for its logprobs."""
+    eval_greedy: bool = False
+    """Held-out episodes (``learner.eval_*``) take the most likely token instead of sampling at
+    ``temperature``: one deterministic score per task (use ``learner.eval_samples`` 1)."""
     max_new_tokens: int = 24
     """Token cap of one assistant turn."""
     max_episode_tokens: int = 1024

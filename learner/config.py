@@ -333,6 +333,9 @@ class LearnerConfig:
     """Held-out tasks per env in every round: the same evenly spaced subset of ``eval_split``."""
     eval_samples: int = 4
     """Episodes per held-out task (the eval lease's group size): the n of ``eval/<env>/pass@n``."""
+    eval_turn_cap: int = 0
+    """Turn cap of held-out episodes (each env's own limit where lower); 0: the schedule's cap at the
+    round's step. Set it to compare rounds, or runs with other schedules, at one horizon."""
 
     def __post_init__(self) -> None:
         if self.logprob_chunk_tokens < 0:
@@ -352,5 +355,5 @@ class LearnerConfig:
             raise ValueError(f"sample_text_every must be >= 0, got {self.sample_text_every}")
         if not 0.001 <= self.max_message_mb <= 4096:
             raise ValueError(f"learner.max_message_mb must be in [0.001, 4096] MiB, got {self.max_message_mb}")
-        if self.eval_every < 0 or self.eval_tasks_per_env < 1 or self.eval_samples < 1:
-            raise ValueError("eval_every must be >= 0, eval_tasks_per_env and eval_samples >= 1")
+        if self.eval_every < 0 or self.eval_tasks_per_env < 1 or self.eval_samples < 1 or self.eval_turn_cap < 0:
+            raise ValueError("eval_every and eval_turn_cap must be >= 0, eval_tasks_per_env and eval_samples >= 1")

@@ -37,6 +37,8 @@ class EvalScheduler:
     def __init__(self, rounds: EvalRounds | None, head: EvalHead, metrics: MetricsWriter, lc: LearnerConfig,
                  stop: threading.Event):
         self.rounds, self.head, self.metrics, self.lc, self._stop = rounds, head, metrics, lc, stop
+        self.logged: list[dict[str, float]] = []
+        """Every logged round as ``{"step": s, **scalars}``: the run's summary carries them."""
 
     def after_step(self, step: int, start: bool = True) -> None:
         """Log the round that completed (at the step it started); start one when due at ``step``."""
@@ -44,6 +46,7 @@ class EvalScheduler:
             return
         for started_at, scalars in self.rounds.collect(self.head.eval_groups):
             self.metrics.scalars(scalars, started_at)
+            self.logged.append({"step": started_at, **scalars})
         if start:
             self.rounds.maybe_start(step, self.head)
 

@@ -13,7 +13,7 @@
    learner waits for it (up to ``eval_end_timeout_s``) before it stops. With ``eval_at_start``, the
    round of step 0 is waited for before the first update, so it measures the untrained policy only.
 5. After every learner step the learner drains that queue without waiting; once every group of
-   the round is in, it logs ``eval/<env>/{success,pass@n,agentgym_avg@n,agentgym_pass@n,reward,
+   the round is in, it logs ``eval/<env>/{tasks,success,pass@n,agentgym_avg@n,agentgym_pass@n,reward,
    num_turns,truncated_frac,error_frac,episode_tokens}`` and ``eval/round_s`` at step s.
 
 One round at a time: a round that falls due while the previous one is still incomplete is
@@ -94,6 +94,7 @@ def eval_scalars(groups: list[Group]) -> dict[str, float]:
     out = {}
     for env_id, env_groups in sorted(by_env.items()):
         out.update(episode_summary(f"eval/{env_id}", [e for g in env_groups for e in g.episodes]))
+        out[f"eval/{env_id}/tasks"] = float(len(env_groups))
         out[f"eval/{env_id}/pass@n"] = pass_at_n([g.episodes for g in env_groups])
         avg, best = agentgym_avg_and_pass([g.episodes for g in env_groups])
         out[f"eval/{env_id}/agentgym_avg@n"], out[f"eval/{env_id}/agentgym_pass@n"] = avg, best

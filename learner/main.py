@@ -134,7 +134,8 @@ class Learner:
         sampler = TaskSampler(task_ids_of(task_lists), r.group_size, lc.groups_per_step, max_policy_lag,
                               lc.lease_timeout_s, r.max_episode_tokens, self.cfg.run.seed,
                               max_group_reissues=lc.max_group_reissues,
-                              env_max_turns={env_id: tasks.max_turns for env_id, tasks in task_lists.items()})
+                              env_max_turns={env_id: tasks.max_turns for env_id, tasks in task_lists.items()},
+                              draw_training=self.cfg.run.max_steps > 0, eval_turn_cap=lc.eval_turn_cap)
         return HeadServer(sampler, self.host, self.run_dir / "trajectories", vocab_size=self.policy.vocab_size,
                           max_message_bytes=int(lc.max_message_mb * 2**20))
 
@@ -178,7 +179,8 @@ class Learner:
             self._train_on(groups, wait_s)
         self.evals.after_training(self.step)
         self._finish()
-        return {**self.metrics.progress, "wall_s": time.time() - started, "ledger": self.source.ledger()}
+        return {**self.metrics.progress, "wall_s": time.time() - started, "ledger": self.source.ledger(),
+                "eval": self.evals.logged}
 
     def _train_on(self, groups: list[Group], wait_s: float) -> None:
         t0 = time.monotonic()

@@ -121,6 +121,8 @@ class TaskSampler:
         clock: Callable[[], float] = time.time,
         max_group_reissues: int = 3,
         env_max_turns: dict[str, int] | None = None,
+        draw_training: bool = True,
+        eval_turn_cap: int = 0,
     ) -> None:
         _validate_args(env_tasks, group_size, groups_per_step, max_policy_lag, lease_timeout_s,
                        max_episode_tokens)
@@ -133,6 +135,11 @@ class TaskSampler:
         self.env_ids = list(env_tasks)  # round-robin in the given (config) order
         self.env_max_turns = dict(env_max_turns or {})
         """Each env's own turn limit (its registry ``max_turns``): no lease of it allows more turns."""
+        self.draw_training = draw_training
+        self.eval_turn_cap = eval_turn_cap
+        """Turn cap of eval leases instead of the schedule's (0: the schedule's)."""
+        """False for a run that trains no step (an evaluation): only eval groups are leased, so the
+        actors spend nothing on episodes nobody would train on."""
         self._cursors = {env: _TaskCursor(env, tasks, seed) for env, tasks in env_tasks.items()}
         self.version = 0
         self.turn_cap: int | None = None
@@ -204,7 +211,7 @@ class TaskSampler:
         eval_group = self._eval.next_group()
         if eval_group is not None:
             return self._lease(self._eval, eval_group, now, purpose="eval")
-        if not self.admissible():
+        if not (self.draw_training and self.admissible()):
             return None
         return self._lease(self._train, self._draw(), now)
 
@@ -379,10 +386,11 @@ class TaskSampler:
 
     def _lease(self, book: LeaseBook, group: LeasedGroup, now: float, purpose: LeasePurpose = "train") -> TaskLease:
         assert self.turn_cap is not None
+        cap = self.eval_turn_cap if purpose == "eval" and self.eval_turn_cap else self.turn_cap
         lease = TaskLease(
             lease_id=f"{group.group_id}-r{group.attempt}", group_id=group.group_id, env_id=group.env_id,
             task_id=group.task_id, seed=group.seed, group_size=group.group_size or self.group_size,
-            turn_cap=min(self.turn_cap, self.env_max_turns.get(group.env_id, self.turn_cap)),
+            turn_cap=min(cap, self.env_max_turns.get(group.env_id, cap)),
             max_episode_tokens=self.max_episode_tokens, policy_version=self.version,
             deadline_unix_s=now + self.lease_timeout_s, purpose=purpose,
         )

@@ -19,7 +19,8 @@ from tests.bench import run_all
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / "tests" / "bench"
-BENCHES = sorted(path.stem for path in BENCH_DIR.glob("*.py") if path.stem != "__init__")
+HELPERS = {"__init__", "curves"}  # modules the benches import, not benches
+BENCHES = sorted(path.stem for path in BENCH_DIR.glob("*.py") if path.stem not in HELPERS)
 WAYS = ("python -m", "script")
 
 
@@ -89,3 +90,30 @@ def test_the_markdown_table_shows_each_row_once(tmp_path, monkeypatch, capsys, o
         "| webnav_bench | webnav-v0 steps/s, 4 sessions x 8 steps | 8.0 steps/s, p50 400 ms | keydoor-v0 150 steps/s "
         "| 0.053 |  |  |",
     ]
+
+
+def test_curves_read_a_runs_tensorboard_and_draw_every_run_into_one_png(tmp_path):
+    from PIL import Image
+
+    from common.metrics import MetricsWriter
+    from tests.bench.curves import plot_runs, read_run
+
+    runs = {}
+    for name, slope in (("staged", 0.03), ("long", 0.01)):
+        writer = MetricsWriter(tmp_path / name / "tb")
+        for step in range(1, 11):
+            writer.scalars({"rollout/success": slope * step, "rollout/valid_action_frac": 0.9,
+                            "time/step_s": 2.0}, step)
+        for step in (0, 5, 10):
+            writer.scalars({"eval/keydoor-v0/success": slope * step,
+                            "eval/keydoor-v0/agentgym_avg@n": slope * step}, step)
+        writer.close()
+        runs[name] = read_run(tmp_path / name / "tb", "keydoor-v0")
+
+    staged = runs["staged"]
+    assert staged.steps == list(range(1, 11)) and staged.learner_s[-1] == 20.0
+    assert staged.eval_steps == [0, 5, 10] and staged.eval_success == pytest.approx([0.0, 0.15, 0.3])
+    assert staged.eval_learner_s() == [0.0, 10.0, 20.0]  # each round at the learner time of its step
+    png = plot_runs(runs, tmp_path / "curves.png", "two runs")
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.width > 1000

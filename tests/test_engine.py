@@ -595,3 +595,32 @@ def test_sampling_follows_the_tempered_distribution_and_reports_its_logprobs():
     torch.testing.assert_close(frequencies, probabilities, atol=0.015, rtol=0)
     assert frequencies[2] == 0  # a zero-probability token is never drawn
     torch.testing.assert_close(torch.tensor(logprobs), probabilities.log()[token_ids], atol=1e-5, rtol=0)
+
+
+def test_greedy_rows_take_the_argmax_beside_sampled_rows_and_report_tempered_logprobs():
+    logits = torch.tensor([[0.0, 1.0, 3.0, 2.0]]).expand(400, -1).contiguous()
+    greedy = [row % 2 == 0 for row in range(400)]
+    token_ids, logprobs = sample_tokens(logits, [0.5] * 400, torch.Generator().manual_seed(0), greedy)
+
+    assert {token_ids[row] for row in range(0, 400, 2)} == {2}
+    assert len({token_ids[row] for row in range(1, 400, 2)}) > 1  # the other rows still sample
+    expected = torch.log_softmax(logits[0] / 0.5, dim=-1)[torch.tensor(token_ids)]
+    torch.testing.assert_close(torch.tensor(logprobs), expected, atol=1e-5, rtol=0)
+
+
+def test_greedy_requests_generate_the_same_tokens_every_time_and_sampled_ones_do_not():
+    model = tiny_model()
+    prompts = [[1, 2, 3], [9] * 7, list(range(40, 52))]
+
+    def generate(greedy: bool, seed: int) -> list[list[int]]:
+        params = SamplingParams(max_new_tokens=10, temperature=1.0, greedy=greedy)
+        engine = CpuEngine(model, seed=seed)
+        return [g.token_ids for g in asyncio.run(submit_then_start(engine, [(p, params) for p in prompts]))]
+
+    assert generate(True, seed=0) == generate(True, seed=1)
+    assert generate(False, seed=0) != generate(False, seed=1)
+    with torch.no_grad():  # greedy is the argmax of an unpadded forward pass, token after token
+        ids = list(prompts[0])
+        for _ in range(10):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    assert generate(True, seed=2)[0] == ids[len(prompts[0]):]

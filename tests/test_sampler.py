@@ -51,6 +51,29 @@ def test_an_envs_own_max_turns_caps_its_leases_below_the_schedules_cap():
     assert caps == {("maze-v0", "eval", 2), ("maze-v0", "train", 2), ("keydoor-v0", "train", 3)}
 
 
+def test_eval_leases_take_the_eval_turn_cap_and_training_leases_the_schedules():
+    sampler = TaskSampler(ENV_TASKS, 4, 2, 1, 10.0, 512, seed=0, clock=FakeClock(), eval_turn_cap=9,
+                          env_max_turns={"maze-v0": 6})
+    sampler.set_turn_cap(3)
+    sampler.schedule_eval([("keydoor-v0", "k1"), ("maze-v0", "m0")], 1)
+    caps = {(lease.env_id, lease.purpose, lease.turn_cap) for lease in issue_all(sampler)}
+    assert caps == {("keydoor-v0", "eval", 9), ("maze-v0", "eval", 6), ("keydoor-v0", "train", 3),
+                    ("maze-v0", "train", 3)}
+
+
+def test_a_run_that_trains_nothing_leases_only_its_eval_groups_and_accounts_for_them():
+    sampler = TaskSampler(ENV_TASKS, 4, 2, 1, 10.0, 512, seed=0, clock=FakeClock(), draw_training=False)
+    sampler.set_turn_cap(3)
+    sampler.schedule_eval([("keydoor-v0", "k1"), ("maze-v0", "m2")], 1)
+    leases = issue_all(sampler)
+    assert [(lease.purpose, lease.task_id) for lease in leases] == [("eval", "k1"), ("eval", "m2")]
+    for lease in leases:
+        assert sampler.complete(lease.lease_id)
+    ledger = sampler.ledger()
+    assert ledger["drawn"] == 0 and ledger["eval_completed"] == 2
+    sampler.check_ledger()
+
+
 def test_admission_blocks_at_the_bound_and_opens_after_set_version():
     sampler = make_sampler(groups_per_step=2, max_policy_lag=1)
     first = issue_all(sampler)

@@ -22,6 +22,14 @@ def test_learner_stepped_and_checkpoint_is_complete(smoke_run):
     assert "step 4/4" in stdout or "done: 4 learner steps" in stdout
 
 
+def test_the_summary_reports_every_validation_round_before_during_and_after_training(smoke_run):
+    run_dir, stdout = smoke_run
+    rounds = json.loads((run_dir / "summary.json").read_text())["eval"]
+    assert [r["step"] for r in rounds] == [0, 2, 4]  # eval_at_start, eval_every 2, eval_at_end
+    assert all(r["eval/keydoor-v0/tasks"] == 2 for r in rounds)
+    assert "held-out keydoor-v0 at step 0: success" in stdout and "held-out keydoor-v0 at step 4: success" in stdout
+
+
 def test_actors_applied_new_policy_versions(smoke_run):
     run_dir, _ = smoke_run
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -323,6 +323,25 @@ def _print_summary(summary: dict, run_dir: Path) -> None:
     print(f"\ndone: {summary.get('step')} learner steps in {summary.get('wall_s', 0):.1f} s; "
           f"final reward {summary.get('reward', 0):.3f}, success {summary.get('success', 0):.2f}{trend}\n"
           f"leases: {ledger}\ncheckpoint: {summary.get('checkpoint')}\nrun folder: {run_dir}", flush=True)
+    for line in held_out_lines(summary.get("eval", [])):
+        print(line, flush=True)
+
+
+def held_out_lines(rounds: list[dict]) -> list[str]:
+    """One line per env for the first and the last validation round: success and AgentGym's Avg/Pass."""
+    picked = rounds[:1] + rounds[-1:] if len(rounds) > 1 else rounds
+    lines = []
+    for scalars in picked:
+        envs = sorted({key.split("/")[1] for key in scalars if key.startswith("eval/") and key.count("/") == 2})
+        for env_id in envs:
+            def get(name: str) -> float:
+                return scalars.get(f"eval/{env_id}/{name}", float("nan"))
+
+            lines.append(f"held-out {env_id} at step {scalars['step']}: success {get('success'):.3f}, "
+                         f"pass@n {get('pass@n'):.3f}, AgentGym Avg {get('agentgym_avg@n'):.3f} "
+                         f"Pass {get('agentgym_pass@n'):.3f}, turns {get('num_turns'):.1f}, "
+                         f"errors {get('error_frac'):.2f} ({get('tasks'):.0f} tasks)")
+    return lines
 
 
 def _url(host: str, port: int) -> str:

@@ -15,6 +15,7 @@ fresher samples, so it may need fewer).
 workload asynchrony is for.
 
     .venv/bin/python -m tests.bench.learning_bench [--max-steps N] [--target 0.8] [--latency] [--json PATH]
+        [--plot PNG]
 
 About 9 minutes on 2 cores; ``tests/bench/run_all.py`` runs it only without ``--quick``.
 """
@@ -33,6 +34,7 @@ if not __package__:  # run as a script, not with -m: import the project from the
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from tests.bench.curves import plot_runs, read_run
 from tests.bench.run_all import write_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,10 +66,13 @@ def first_reaching(success: list[float], target: float, window: int = 3) -> int 
     return None
 
 
-def compare(max_steps: int, target: float, latency: bool) -> list[tuple]:
+def compare(max_steps: int, target: float, latency: bool, plot: Path | None = None) -> list[tuple]:
     with tempfile.TemporaryDirectory() as tmp:
         extra = LATENCY if latency else ()
         curves = {mode: run_curve(mode, Path(tmp), Path(tmp) / "cache", max_steps, extra) for mode in ("sync", "async")}
+        if plot:
+            plot_runs({mode: read_run(Path(tmp) / mode / "tb", "keydoor-v0") for mode in curves}, plot,
+                      f"default job, sync vs async{' with long-tailed latency' if latency else ''}")
     reached = {mode: first_reaching(success, target) for mode, (success, _) in curves.items()}
     if None in reached.values():
         missed = [mode for mode, step in reached.items() if step is None]
@@ -92,8 +97,11 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.8, help="success the runs race to")
     parser.add_argument("--latency", action="store_true", help="long-tailed env latency on every step")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON (for run_all.py)")
+    parser.add_argument("--plot", metavar="PNG", type=Path,
+                        help="draw both runs' curves (default: beside --json, as learning_bench.png)")
     args = parser.parse_args()
-    rows = compare(args.max_steps, args.target, args.latency)
+    plot = args.plot or (Path(args.json).with_name("learning_bench.png") if args.json else None)
+    rows = compare(args.max_steps, args.target, args.latency, plot)
     for figure, value, baseline, ratio, goal in rows:
         print(f"{figure:<40} {value:>10}  {baseline:>12}  {ratio:5.2f}x  {goal}")
     write_json(args.json, "learning_bench", rows)

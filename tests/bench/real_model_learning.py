@@ -7,7 +7,8 @@ update) and of the final one (``learner.eval_at_end``), the training success and
 replies holding a parsable action (``rollout/valid_action_frac``) at the first and last steps, per
 step, and the wall time. The control is the same run at ``--learner.lr 0`` (its two held-out rounds
 measure the same weights: their difference is the evaluation's own noise), kept short, since its
-training steps change nothing. Curves stay in ``<output_dir>/<run>/tb``.
+training steps change nothing. Curves stay in ``<output_dir>/<run>/tb``; each env's pair is also
+drawn to ``<output_dir>/<env>.png`` beside ``<output_dir>/<env>.json``.
 
     .venv/bin/python -m tests.bench.real_model_learning [--minutes 45] [--only babyai|textcraft]
         [--control-minutes 3] [--output-dir DIR]
@@ -27,6 +28,8 @@ if not __package__:  # run as a script, not with -m: import the project from the
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.bench.curves import plot_runs, read_run
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS = {"babyai": ("configs/smollm2_babyai_goto.yaml", "babyai-v0"),
@@ -71,12 +74,17 @@ def main() -> None:
     args = parser.parse_args()
     for name in args.only or sorted(RUNS):
         config, env_id = RUNS[name]
+        results, drawn = [], {}
         for run_name, minutes, extra in ((name, args.minutes, ()),
                                          (f"{name}-lr0", args.control_minutes, ("--learner.lr", "0"))):
             wall_s = launch(run_name, config, args.output_dir, minutes, extra)
-            result = {"run": run_name, "env": env_id, "wall_s": round(wall_s),
-                      **curves(args.output_dir / run_name, env_id)}
-            print(json.dumps(result), flush=True)
+            results.append({"run": run_name, "env": env_id, "wall_s": round(wall_s),
+                            **curves(args.output_dir / run_name, env_id)})
+            drawn[run_name] = read_run(args.output_dir / run_name / "tb", env_id)
+            print(json.dumps(results[-1]), flush=True)
+        (args.output_dir / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+        png = plot_runs(drawn, args.output_dir / f"{name}.png", f"SmolLM2-135M-Instruct on {env_id} ({config})")
+        print(f"curves: {png}", flush=True)
 
 
 if __name__ == "__main__":
