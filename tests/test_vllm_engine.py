@@ -192,6 +192,19 @@ def test_generation_matches_a_transformers_forward_pass(served):
             served.assert_matches_reference(prompt, generation, temperature)
 
 
+def test_greedy_requests_take_the_argmax_every_time(served):
+    prompt = _prompt(seed=3, length=20)
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, greedy=True)
+    first, again = generate(served.engine, prompt, params), generate(served.engine, prompt, params)
+    assert first.token_ids == again.token_ids
+    assert_well_formed(first, params)
+    logprobs = served.forward_logprobs(served.engine.version, prompt + first.token_ids, temperature=1.0)
+    at_each_turn = logprobs[len(prompt) - 1:-1]
+    chosen = at_each_turn.gather(1, torch.tensor(first.token_ids)[:, None]).squeeze(1)
+    # Each token the most likely one, up to the engines' agreement (a near-tie may go either way).
+    assert (chosen >= at_each_turn.max(dim=-1).values - LOGPROB_ATOL).all()
+
+
 def test_stop_tokens_end_the_request_and_are_kept(served):
     version = served.serve("repeat")
     params = SamplingParams(max_new_tokens=50, temperature=1.0, stop_token_ids=(EOS_ID,))

@@ -9,12 +9,14 @@ changed, and reports each arm's held-out success:
 - ``staged``: ScalingInter-RL, 4 turns, then 8 from step 10, then 12 from step 20.
 
 Held-out rounds (``learner.eval_*``) run every 5 steps, at start and at the end, on the same
-keydoor ``test`` tasks, greedy (one deterministic episode a task), all at one horizon
+keydoor ``test`` tasks, two episodes a task sampled as in training, all at one horizon
 (``learner.eval_turn_cap``, default 12), so the arms are compared on the same footing whatever cap
-they trained at. Writes ``horizon_ablation.json`` and ``horizon_ablation.png`` (the curves) into
+they trained at. Not greedy by default: the tiny model's most likely reply ignores the key's hint
+early on, so a greedy round scores every task alike (a first run read 0.0 or 1.0, nothing between);
+``--greedy`` asks for it anyway. Writes ``horizon_ablation.json`` and ``horizon_ablation.png`` (the curves) into
 ``--output-dir``.
 
-    .venv/bin/python -m tests.bench.horizon_ablation [--max-steps 30] [--eval-tasks 48] [--seed 0]
+    .venv/bin/python -m tests.bench.horizon_ablation [--max-steps 30] [--eval-tasks 48] [--greedy] [--seed 0]
         [--output-dir runs/horizon_ablation]
 
 About 15 minutes on 2 cores (plus ~95 s for the warm model the first time).
@@ -48,10 +50,10 @@ ARMS = {
 }
 
 
-def validation(tasks: int, turn_cap: int) -> list[str]:
+def validation(tasks: int, turn_cap: int, greedy: bool) -> list[str]:
     return ["--learner.eval_every", "5", "--learner.eval_at_start", "true", "--learner.eval_at_end", "true",
-            "--learner.eval_tasks_per_env", str(tasks), "--learner.eval_samples", "1",
-            "--rollout.eval_greedy", "true", "--learner.eval_turn_cap", str(turn_cap)]
+            "--learner.eval_tasks_per_env", str(tasks), "--learner.eval_samples", "1" if greedy else "2",
+            "--rollout.eval_greedy", str(greedy).lower(), "--learner.eval_turn_cap", str(turn_cap)]
 
 
 def shared_warm_model() -> Path:
@@ -86,12 +88,13 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=30, help="learner steps of every arm")
     parser.add_argument("--eval-tasks", type=int, default=48, help="held-out keydoor test tasks per round")
     parser.add_argument("--eval-turn-cap", type=int, default=12, help="the one horizon every round plays at")
+    parser.add_argument("--greedy", action="store_true", help="greedy held-out episodes, one a task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", choices=sorted(ARMS), action="append", help="run only these arms")
     parser.add_argument("--output-dir", type=Path, default=REPO / "runs" / "horizon_ablation")
     args = parser.parse_args()
     model = shared_warm_model()
-    extra = validation(args.eval_tasks, args.eval_turn_cap)
+    extra = validation(args.eval_tasks, args.eval_turn_cap, args.greedy)
     curves, rows = {}, []
     for arm in args.only or list(ARMS):
         wall_s = train(arm, model, args.output_dir, args.max_steps, args.seed, extra)
@@ -99,12 +102,14 @@ def main() -> None:
         rows.append(row(arm, curves[arm], wall_s))
         print(json.dumps(rows[-1]), flush=True)
     result = {"bench": "horizon_ablation", "env": ENV_ID, "max_steps": args.max_steps, "seed": args.seed,
+              "greedy": args.greedy,
               "eval_tasks": args.eval_tasks, "eval_turn_cap": args.eval_turn_cap, "arms": rows,
               "curves": {arm: c.to_json() for arm, c in curves.items()}}
     (args.output_dir / "horizon_ablation.json").write_text(json.dumps(result, indent=1) + "\n")
     png = plot_runs(curves, args.output_dir / "horizon_ablation.png",
                     f"ScalingInter-RL ablation: {ENV_ID}, tiny warm model, {args.max_steps} learner steps, "
-                    f"held-out at {args.eval_turn_cap} turns (greedy, {args.eval_tasks} tasks)")
+                    f"held-out at {args.eval_turn_cap} turns ({'greedy' if args.greedy else 'sampled, 2 a task'}, "
+                    f"{args.eval_tasks} tasks)")
     print(f"curves: {png}")
 
 
