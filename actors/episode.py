@@ -75,6 +75,7 @@ class EpisodeOutcome:
     turn_rewards: list[float] = field(default_factory=list)
     turn_observations: list[int] = field(default_factory=list)
     turn_action_parsed: list[int] = field(default_factory=list)
+    turn_action_accepted: list[int] = field(default_factory=list)
     env_info: dict = field(default_factory=dict)
     """The latest step's info: its ``score`` (AgentGym's score so far) is the episode's."""
     timings: dict = field(default_factory=lambda: {"generate_s": 0.0, "env_s": 0.0})
@@ -166,7 +167,9 @@ async def _turns(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sess
         out.reward += result.reward
         out.turn_rewards.append(float(result.reward))
         out.turn_observations.append(observation_fingerprint(observation))
-        out.turn_action_parsed.append(int(action_parsed(action, result.info)))
+        parsed = action_parsed(action, result.info)
+        out.turn_action_parsed.append(int(parsed))
+        out.turn_action_accepted.append(int(action_accepted(parsed, result.info)))
         out.env_info = result.info  # the last step's; its score is read once, at the end
         if result.terminated or result.truncated:
             out.success = bool(result.info.get("success", False))
@@ -197,6 +200,13 @@ def action_parsed(reply: str, info: dict) -> bool:
     if isinstance(said, bool):
         return said
     return not isinstance(extract_action(reply), MalformedAction)
+
+
+def action_accepted(parsed: bool, info: dict) -> bool:
+    """Whether the env carried the action out: a parsed one that the env's own ``action_valid`` does
+    not refuse (an env that does not say accepts every parsed action)."""
+    said = info.get("action_valid")
+    return parsed and (said if isinstance(said, bool) else True)
 
 
 def reported_score(info: dict) -> float | None:
@@ -263,6 +273,7 @@ def _trajectory(lease: TaskLease, index: int, actor_id: int, buf: ChatTokenBuffe
         turn_rewards=np.asarray(out.turn_rewards, dtype=np.float32),
         turn_observations=np.asarray(out.turn_observations, dtype=np.uint64),
         turn_action_parsed=np.asarray(out.turn_action_parsed, dtype=np.uint8),
+        turn_action_accepted=np.asarray(out.turn_action_accepted, dtype=np.uint8),
         reward=float(min(max(out.reward, 0.0), 1.0)), success=out.success,
         score=reported_score(out.env_info) if out.status == "ok" else None,
         terminated=out.terminated, truncated=out.truncated, finish_reason=out.finish_reason,

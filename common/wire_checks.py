@@ -92,7 +92,8 @@ def _arrays_plainly_valid(t: Any) -> bool:
         return False
     covered = sampled_turns_mask(t.turn_spans, len(t.token_ids))
     return covered is not None and _values_plainly_valid(t.token_ids, t.behavior_logprobs, t.token_versions,
-                                                         t.loss_mask, covered, t.turn_rewards, t.turn_action_parsed)
+                                                         t.loss_mask, covered, t.turn_rewards, t.turn_action_parsed,
+                                                         t.turn_action_accepted)
 
 
 def batch_plainly_valid(batch: Sequence[Any]) -> bool:
@@ -107,13 +108,14 @@ def batch_plainly_valid(batch: Sequence[Any]) -> bool:
     covered = _batch_sampled_turns_mask(batch)
     if covered is None:
         return False
-    ids, logprobs, versions, mask, turn_rewards, action_parsed = (
+    ids, logprobs, versions, mask, turn_rewards, action_parsed, action_accepted = (
         concatenated([getattr(t, name) for t in batch], name) for name in _SCREENED_ARRAYS)
-    return _values_plainly_valid(ids, logprobs, versions, mask, covered, turn_rewards, action_parsed)
+    return _values_plainly_valid(ids, logprobs, versions, mask, covered, turn_rewards, action_parsed,
+                                 action_accepted)
 
 
 _SCREENED_ARRAYS = ("token_ids", "behavior_logprobs", "token_versions", "loss_mask", "turn_rewards",
-                    "turn_action_parsed")
+                    "turn_action_parsed", "turn_action_accepted")
 _scratch = threading.local()
 
 
@@ -121,7 +123,7 @@ def concatenated(arrays: Sequence[np.ndarray], slot: str) -> np.ndarray:
     """``np.concatenate(arrays)`` (one dtype, at least one array), written into a buffer this
     thread keeps for ``slot``: valid until its next call for the same slot. A fresh 0.25 MB array
     per drained batch had glibc hand its pages back and fault them in again: 7.7 against 1.3 us an
-    episode for the batch's six arrays."""
+    episode for the batch's seven arrays."""
     total = sum(map(len, arrays))
     buffer = getattr(_scratch, slot, None)
     if buffer is None or buffer.dtype != arrays[0].dtype or len(buffer) < total:
@@ -165,12 +167,13 @@ def _shapes_plainly_valid(t: Any) -> bool:
     spans, turns = t.turn_spans, t.num_turns
     if not (spans.ndim == 2 and spans.shape[1] == 2 and turns <= len(spans) <= turns + 1):
         return False
-    per_turn = (t.turn_rewards, t.turn_observations, t.turn_action_parsed)
+    per_turn = (t.turn_rewards, t.turn_observations, t.turn_action_parsed, t.turn_action_accepted)
     return all(a.ndim == 1 and len(a) in (0, turns) for a in per_turn)
 
 
 def _values_plainly_valid(ids: np.ndarray, logprobs: np.ndarray, versions: np.ndarray, mask: np.ndarray,
-                          covered: np.ndarray, turn_rewards: np.ndarray, action_parsed: np.ndarray) -> bool:
+                          covered: np.ndarray, turn_rewards: np.ndarray, action_parsed: np.ndarray,
+                          action_accepted: np.ndarray) -> bool:
     """The array rules on the values, one pass each; ``covered``: the sampled turns' mask from the spans."""
     # Equal bytes: the mask is exactly the sampled turns, so also only 0s and 1s. Actors give context
     # tokens logprob 0, so every logprob is finite and a sampled one <= 0 when all lie in (-inf, 0]
@@ -180,7 +183,8 @@ def _values_plainly_valid(ids: np.ndarray, logprobs: np.ndarray, versions: np.nd
                 and np.minimum.reduce(logprobs) > -math.inf and np.maximum.reduce(logprobs) <= 0
                 and np.minimum.reduce(versions, where=mask.view(bool), initial=0) >= 0
                 and math.isfinite(np.add.reduce(turn_rewards))
-                and np.maximum.reduce(action_parsed, initial=0) <= 1)
+                and np.maximum.reduce(action_parsed, initial=0) <= 1
+                and np.maximum.reduce(action_accepted, initial=0) <= 1)
 
 
 def _check_token_arrays(t: Any) -> None:
@@ -244,13 +248,17 @@ def sampled_turns_mask(spans: np.ndarray, n: int) -> np.ndarray | None:
         return None
 
 
+_TURN_ARRAYS = ("turn_rewards", "turn_observations", "turn_action_parsed", "turn_action_accepted")
+
+
 def _check_turn_arrays(t: Any) -> None:
-    for name in ("turn_rewards", "turn_observations", "turn_action_parsed"):
+    for name in _TURN_ARRAYS:
         values = getattr(t, name)
         require(values.ndim == 1 and len(values) in (0, t.num_turns), "inconsistent_arrays",
                 f"{name} has {values.shape} entries for {t.num_turns} turns")
     require(bool(np.isfinite(t.turn_rewards).all()), "out_of_range", "turn_rewards are not all finite")
-    require(bool((t.turn_action_parsed <= 1).all()), "out_of_range", "turn_action_parsed holds values other than 0, 1")
+    for name in ("turn_action_parsed", "turn_action_accepted"):
+        require(bool((getattr(t, name) <= 1).all()), "out_of_range", f"{name} holds values other than 0, 1")
 
 
 def _check_outcome(t: Any) -> None:

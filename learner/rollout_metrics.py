@@ -20,7 +20,8 @@ def rollout_scalars(episodes: list[Trajectory], version: int) -> dict[str, float
     for env_id, env_episodes in by_env.items():
         summary = episode_summary(f"env/{env_id}", env_episodes)
         out.update({k: v for k, v in summary.items()
-                    if k.rsplit("/", 1)[1] in ("reward", "success", "num_turns", "valid_action_frac")})
+                    if k.rsplit("/", 1)[1] in ("reward", "success", "num_turns", "valid_action_frac",
+                                                    "accepted_action_frac")})
     lags = [policy_lag(e, version) for e in episodes if e.status == "ok"]
     if lags:
         out["async/policy_lag_mean"] = float(np.mean(lags))
@@ -32,12 +33,12 @@ def rollout_scalars(episodes: list[Trajectory], version: int) -> dict[str, float
 
 def episode_summary(prefix: str, episodes: list[Trajectory]) -> dict[str, float]:
     """``<prefix>/{reward,success,num_turns}`` over the ok episodes (all if none is ok), and
-    ``valid_action_frac`` over their turns (the share whose reply held an action in the env's format), and
-    ``truncated_frac``, ``error_frac``, ``episode_tokens`` over all of them."""
+    ``valid_action_frac`` over their turns (the share whose reply held an action in the env's format),
+    ``accepted_action_frac`` (the share the env carried out), and ``truncated_frac``, ``error_frac``,
+    ``episode_tokens`` over all of them."""
     ok = [e for e in episodes if e.status == "ok"] or episodes
-    parsed = [e.turn_action_parsed for e in ok if len(e.turn_action_parsed)]
-    valid = {f"{prefix}/valid_action_frac": float(np.concatenate(parsed).mean())} if parsed else {}
-    return valid | {
+    return _turn_share(prefix, "valid_action_frac", [e.turn_action_parsed for e in ok]) | _turn_share(
+        prefix, "accepted_action_frac", [e.turn_action_accepted for e in ok]) | {
         f"{prefix}/reward": float(np.mean([e.reward for e in ok])),
         f"{prefix}/success": float(np.mean([e.success for e in ok])),
         f"{prefix}/num_turns": float(np.mean([e.num_turns for e in ok])),
@@ -45,3 +46,9 @@ def episode_summary(prefix: str, episodes: list[Trajectory]) -> dict[str, float]
         f"{prefix}/error_frac": float(np.mean([e.status != "ok" for e in episodes])),
         f"{prefix}/episode_tokens": float(np.mean([len(e.token_ids) for e in episodes])),
     }
+
+
+def _turn_share(prefix: str, name: str, flags: list[np.ndarray]) -> dict[str, float]:
+    """``<prefix>/<name>``: the share of 1s over the episodes' per-turn flags; none when none carries them."""
+    present = [f for f in flags if len(f)]
+    return {f"{prefix}/{name}": float(np.concatenate(present).mean())} if present else {}

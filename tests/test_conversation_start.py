@@ -172,11 +172,15 @@ def test_an_episode_opens_with_the_conversation_start_as_context_and_counts_pars
         parsed, tokenizer = asyncio.run(scripted_episode(url, "Thought:\nfirst.\n\nAction:\ninventory", (True, 1)))
         prose, _ = asyncio.run(scripted_episode(url, "I like crafting tables.", (True, 0)))
         plain, _ = asyncio.run(scripted_episode(url, "Action: inventory", (False, 1)))
+        refused, _ = asyncio.run(scripted_episode(url, "Thought:\nfirst.\n\nAction:\nget 1 unobtainium", (True, 1)))
 
     assert parsed.status == "ok" and parsed.num_turns == 2
     assert parsed.score == 0.0  # AgentGym's score travels from the env's info to the trajectory
     np.testing.assert_array_equal(parsed.turn_action_parsed, [1, 1])
     np.testing.assert_array_equal(prose.turn_action_parsed, [0, 0])
+    np.testing.assert_array_equal(parsed.turn_action_accepted, [1, 1])  # the env carried "inventory" out
+    np.testing.assert_array_equal(refused.turn_action_parsed, [1, 1])  # a well-formed "get"...
+    np.testing.assert_array_equal(refused.turn_action_accepted, [0, 0])  # ...of nothing the env has
     context = tokenizer.decode(parsed.token_ids[: parsed.turn_spans[0, 0]])
     example_reply = start.examples[0][0][1]
     positions = [context.index(text) for text in (start.instruction[:60], ACKNOWLEDGEMENT, example_reply,

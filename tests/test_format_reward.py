@@ -19,7 +19,8 @@ from learner.shaping import format_shaped_rewards
 from tests.test_protocol import make_trajectory
 
 
-def episode(parsed: list[int], reward: float = 0.0, env_id: str = "keydoor-v0", index: int = 0) -> Trajectory:
+def episode(parsed: list[int], reward: float = 0.0, env_id: str = "keydoor-v0", index: int = 0,
+            accepted: list[int] | None = None) -> Trajectory:
     turns = len(parsed)
     n = 2 * turns + 1
     spans = np.array([[2 * t + 1, 2 * t + 2] for t in range(turns)], np.int32).reshape(-1, 2)
@@ -27,7 +28,8 @@ def episode(parsed: list[int], reward: float = 0.0, env_id: str = "keydoor-v0", 
         make_trajectory(n), env_id=env_id, episode_index=index, num_turns=turns, reward=reward, success=reward == 1.0,
         turn_spans=spans, loss_mask=(np.arange(n) % 2 == 1).astype(np.uint8),
         turn_rewards=np.array([0.0] * (turns - 1) + [reward], np.float32),
-        turn_observations=np.arange(turns, dtype=np.uint64), turn_action_parsed=np.array(parsed, np.uint8))
+        turn_observations=np.arange(turns, dtype=np.uint64), turn_action_parsed=np.array(parsed, np.uint8),
+        turn_action_accepted=np.array(parsed if accepted is None else accepted, np.uint8))
 
 
 def test_each_unparsable_turn_costs_its_share_of_the_coefficient_on_that_turn() -> None:
@@ -58,6 +60,20 @@ def test_an_all_failed_group_learns_toward_parsable_replies_only_with_the_format
     assert [e.reward for e in shaped.episodes] == [0.0, 0.0, 0.0]  # the episodes stay as sent
 
 
+def test_with_format_requires_accepted_a_well_formed_refused_action_costs_like_no_action() -> None:
+    # Two replies parse; the env carried out only the first (the second named an action not offered).
+    refused = episode([1, 1], accepted=[1, 0])
+    lenient, _ = format_shaped_rewards(refused, 0.2)
+    strict, turn_rewards = format_shaped_rewards(refused, 0.2, "accepted")
+    assert lenient == 0.0 and strict == pytest.approx(-0.1)
+    np.testing.assert_allclose(turn_rewards, [0.0, -0.1])
+    group = Group(lease=None, episodes=[refused, episode([1, 1], index=1)])
+    shaped = collate([group], format_coef=0.2, format_requires="accepted")
+    assert shaped.rewards[1] > shaped.rewards[0]  # the group ranks the carried-out actions higher
+    with pytest.raises(ConfigError, match="format_requires"):
+        load_config(None, ["--learner.algorithm.format_requires", "valid"])
+
+
 def test_format_reward_refuses_episodes_recorded_without_the_flags() -> None:
     old = dataclasses.replace(episode([1, 1]), turn_action_parsed=np.zeros(0, np.uint8))
     with pytest.raises(ValueError, match="format_coef 0"):
@@ -73,7 +89,18 @@ def test_valid_action_frac_is_the_share_of_parsable_turns_overall_and_per_env() 
     assert scalars["env/textcraft-v0/valid_action_frac"] == 1.0
 
 
+def test_accepted_action_frac_is_the_share_of_turns_the_env_carried_out() -> None:
+    episodes = [episode([1, 1, 0, 0], accepted=[1, 0, 0, 0]), episode([1, 1], env_id="textcraft-v0")]
+    scalars = rollout_scalars(episodes, version=4)
+    assert scalars["rollout/valid_action_frac"] == pytest.approx(4 / 6)
+    assert scalars["rollout/accepted_action_frac"] == pytest.approx(3 / 6)
+    assert scalars["env/keydoor-v0/accepted_action_frac"] == pytest.approx(1 / 4)
+
+
 def test_parsed_flags_travel_on_the_wire_and_may_be_absent() -> None:
     sent = episode([1, 0, 1])
     np.testing.assert_array_equal(decode(encode(sent), Trajectory).turn_action_parsed, [1, 0, 1])
     assert len(decode(encode(make_trajectory()), Trajectory).turn_action_parsed) == 0
+    np.testing.assert_array_equal(decode(encode(episode([1, 1], accepted=[0, 1])), Trajectory).turn_action_accepted,
+                                  [0, 1])
+    assert len(decode(encode(make_trajectory()), Trajectory).turn_action_accepted) == 0

@@ -61,6 +61,7 @@ def test_a_shape_whose_product_wraps_int64_is_rejected_not_reshaped():
     ({"num_turns": 4}, "bad_turn_spans"),  # 4 env turns, 2 replies
     ({"turn_rewards": np.zeros(5, np.float32)}, "inconsistent_arrays"),
     ({"turn_action_parsed": np.array([1, 7], np.uint8)}, "out_of_range"),
+    ({"turn_action_accepted": np.array([1, 7], np.uint8)}, "out_of_range"),
     ({"reward": 3.0}, "out_of_range"),
     ({"reward": float("nan")}, "out_of_range"),
     ({"episode_index": 4}, "out_of_range"),  # group of 4: indices 0..3
