@@ -124,8 +124,7 @@ class Trajectory:
     turn_action_accepted: np.ndarray = array_field("u1", optional=True)
     """1 where the env carried the turn's action out (its ``action_valid``; where it does not say,
     whether the action parsed), else 0: a well-formed reply naming an action the turn does not offer
-    is parsed but not accepted. ``rollout/accepted_action_frac`` and, with
-    ``learner.algorithm.format_requires: accepted``, the format reward read it."""
+    is parsed but not accepted. ``rollout/accepted_action_frac`` reads it."""
     score: float | None = None
     """AgentGym's score of the episode: the env's ``info["score"]`` after the last step (AgentGym-RL
     scores an episode by its last step's reward; its evaluation reports the mean and the best over

@@ -107,17 +107,15 @@ def split_stale(groups: list[Group], version: int, max_lag: int) -> tuple[list[G
     return trainable, stale
 
 
-def collate(groups: list[Group], format_coef: float = 0.0, min_version: int | None = None,
-            format_requires: str = "parsed") -> Batch | None:
-    """Pad the ok episodes of ``groups`` into a batch; None if none is trainable. ``format_coef``,
-    ``format_requires``: the rewards carry the format penalty (``learner/shaping.py``); the episodes
-    stay as sent.
+def collate(groups: list[Group], format_coef: float = 0.0, min_version: int | None = None) -> Batch | None:
+    """Pad the ok episodes of ``groups`` into a batch; None if none is trainable. ``format_coef``:
+    the rewards carry the format penalty (``learner/shaping.py``); the episodes stay as sent.
     ``min_version``: sampled tokens older than it are off the batch's ``loss_mask`` (stale) and
     counted in ``Batch.stale_tokens``; None: none is."""
     rows = [(gi, e) for gi, g in enumerate(groups) for e in g.episodes if e.status == "ok"]
     if not rows:
         return None
-    shaped = [format_shaped_rewards(e, format_coef, format_requires) for _, e in rows]
+    shaped = [format_shaped_rewards(e, format_coef) for _, e in rows]
     width = max(len(e.token_ids) for _, e in rows)
 
     def pad(attr: str, fill, dtype) -> torch.Tensor:

@@ -10,7 +10,6 @@ Advantage = Literal["grpo", "rloo", "reinforce_pp", "gae", "gigpo"]
 """The advantage estimators (``learner/advantages.py``'s registry holds one function per name)."""
 LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KlEstimator = Literal["k1", "k2", "k3"]
-FormatRequires = Literal["parsed", "accepted"]
 KL_LOSS_ESTIMATORS: tuple[KlEstimator, ...] = ("k2", "k3")
 """Estimators whose gradient as a loss term regularises toward the reference (k1's does not)."""
 ReduceGradients = Literal["once_per_step", "every_micro_batch"]
@@ -163,16 +162,11 @@ class AlgorithmConfig:
     format_coef: float = 0.0
     """Format reward (``learner/shaping.py``): each turn whose reply held no action in the env's
     format costs ``format_coef / num_turns``; in [0, 1), so task success always outscores it."""
-    format_requires: str = "parsed"
-    """What spares a turn the format penalty: ``parsed`` (a reply in the env's format) or ``accepted``
-    (an action the env carried out: under AgentGym's grammars a well-formed reply may name an action
-    the turn does not offer)."""
 
     def __post_init__(self) -> None:
         _check_choice("advantage", self.advantage, Advantage)
         _check_choice("loss_agg", self.loss_agg, LossAggregation)
         _check_choice("kl_estimator", self.kl_estimator, KlEstimator)
-        _check_choice("format_requires", self.format_requires, FormatRequires)
         self._check_estimator_sections()
         problems = [message for failed, message in (
             (self.kl_coef > 0 and not self.kl_in_reward and self.kl_estimator not in KL_LOSS_ESTIMATORS,

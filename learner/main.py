@@ -200,9 +200,7 @@ class Learner:
     def _update_policy(self, groups: list[Group]) -> dict[str, float]:
         """One optimizer step on ``groups`` (every group has an ok episode: ``GroupCollector``);
         version v becomes v+1."""
-        algorithm = self.cfg.learner.algorithm
-        batch = collate(groups, algorithm.format_coef, self.collector.min_version(self.version),
-                        algorithm.format_requires)
+        batch = collate(groups, self.cfg.learner.algorithm.format_coef, self.collector.min_version(self.version))
         self.collector.stale_tokens += batch.stale_tokens
         sampled = sum(int(e.loss_mask.sum()) for e in batch.episodes)
         scalars = {"async/stale_token_frac": batch.stale_tokens / max(sampled, 1)}

@@ -9,9 +9,10 @@ outscores every failed one (task reward 0, at best 0): the format term can break
 failures, it can never hide task success. (A credit for parsable turns instead of a penalty for
 the others differs by a constant per episode, which GRPO, RLOO and REINFORCE++ subtract away.)
 
-``format_requires: accepted`` asks more: an action the env carried out (``turn_action_accepted``).
-Under AgentGym's BabyAI grammar a reply naming ``go to grey door 1`` parses, but the turn offers only
-``go to grey locked door 1``: counting it well-formed pays the model for a name that wastes the turn.
+Why parsed and not carried out (``turn_action_accepted``): tried on SmolLM2 in AgentGym's BabyAI
+(a penalty on every turn the env refused), the policy found the action no turn refuses: within 5
+steps every reply was ``turn left`` (57 of 64 turns at step 7, up from 14 of 57), success 0. A
+penalty that one always-valid action escapes pays for that action, not for the grammar.
 
 Only the learner's training signal is shaped: ``rollout/reward`` and ``rollout/success`` stay the
 task's, and ``rollout/valid_action_frac`` shows the share of parsable turns.
@@ -24,20 +25,18 @@ import numpy as np
 from common.protocol import Trajectory
 
 
-def format_shaped_rewards(episode: Trajectory, format_coef: float,
-                          requires: str = "parsed") -> tuple[float, np.ndarray]:
-    """(episode reward, per-turn rewards) with the format penalty applied; unchanged at coef 0.
-    ``requires``: what spares a turn the penalty, an action that ``parsed`` or one the env ``accepted``."""
+def format_shaped_rewards(episode: Trajectory, format_coef: float) -> tuple[float, np.ndarray]:
+    """(episode reward, per-turn rewards) with the format penalty applied; unchanged at coef 0."""
     if format_coef == 0:
         return episode.reward, episode.turn_rewards
-    flags = episode.turn_action_accepted if requires == "accepted" else episode.turn_action_parsed
-    if len(flags) != episode.num_turns:
-        raise ValueError(f"format_coef > 0 needs each turn's action_{requires} flag; episode {episode.lease_id}/"
-                         f"{episode.episode_index} carries {len(flags)} for {episode.num_turns} turns (a "
+    parsed = episode.turn_action_parsed
+    if len(parsed) != episode.num_turns:
+        raise ValueError(f"format_coef > 0 needs each turn's action_parsed flag; episode {episode.lease_id}/"
+                         f"{episode.episode_index} carries {len(parsed)} for {episode.num_turns} turns (a "
                          "recording made before actors sent them): set learner.algorithm.format_coef 0")
     if episode.num_turns == 0:
         return episode.reward, episode.turn_rewards
-    penalties = format_coef * (1 - flags.astype(np.float32)) / episode.num_turns
+    penalties = format_coef * (1 - parsed.astype(np.float32)) / episode.num_turns
     per_turn = len(episode.turn_rewards) == len(penalties)
     turn_rewards = episode.turn_rewards - penalties if per_turn else episode.turn_rewards
     return float(episode.reward - penalties.sum()), turn_rewards.astype(np.float32)

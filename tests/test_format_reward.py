@@ -60,20 +60,6 @@ def test_an_all_failed_group_learns_toward_parsable_replies_only_with_the_format
     assert [e.reward for e in shaped.episodes] == [0.0, 0.0, 0.0]  # the episodes stay as sent
 
 
-def test_with_format_requires_accepted_a_well_formed_refused_action_costs_like_no_action() -> None:
-    # Two replies parse; the env carried out only the first (the second named an action not offered).
-    refused = episode([1, 1], accepted=[1, 0])
-    lenient, _ = format_shaped_rewards(refused, 0.2)
-    strict, turn_rewards = format_shaped_rewards(refused, 0.2, "accepted")
-    assert lenient == 0.0 and strict == pytest.approx(-0.1)
-    np.testing.assert_allclose(turn_rewards, [0.0, -0.1])
-    group = Group(lease=None, episodes=[refused, episode([1, 1], index=1)])
-    shaped = collate([group], format_coef=0.2, format_requires="accepted")
-    assert shaped.rewards[1] > shaped.rewards[0]  # the group ranks the carried-out actions higher
-    with pytest.raises(ConfigError, match="format_requires"):
-        load_config(None, ["--learner.algorithm.format_requires", "valid"])
-
-
 def test_format_reward_refuses_episodes_recorded_without_the_flags() -> None:
     old = dataclasses.replace(episode([1, 1]), turn_action_parsed=np.zeros(0, np.uint8))
     with pytest.raises(ValueError, match="format_coef 0"):
