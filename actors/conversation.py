@@ -31,14 +31,15 @@ class ConversationStarts:
         self._starts: dict[str, ConversationStart] = {}
         self._fetching: dict[str, asyncio.Lock] = {}
 
-    async def opening(self, env_id: str, first_observation: str) -> tuple[Turns, str]:
-        """(turns before the first observation, the first user turn's text) for an episode of ``env_id``.
+    async def opening(self, env_id: str, task_id: str, first_observation: str) -> tuple[Turns, str]:
+        """(turns before the first observation, the first user turn's text) for an episode of ``env_id``'s
+        task ``task_id`` (which picks its examples when the run shows fewer than the env has).
         Raises ``EnvClientError`` when envhub cannot say, ``ValueError`` when the run asks for
         more examples than the env has."""
         start = await self._start(env_id)
         enabled, num_examples = self._settings_for(env_id)
         if enabled:
-            return start.turns(num_examples), first_observation
+            return start.turns(num_examples, task_id), first_observation
         if not start.instruction:
             return [], first_observation
         return [], f"{start.instruction}\n\n{first_observation}"

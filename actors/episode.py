@@ -188,7 +188,7 @@ async def _turns(lease: TaskLease, buf: ChatTokenBuffer, deps: EpisodeDeps, sess
 
 async def _opening(lease: TaskLease, deps: EpisodeDeps, observation: str) -> tuple[list, str]:
     try:
-        return await deps.conversation.opening(lease.env_id, observation)
+        return await deps.conversation.opening(lease.env_id, lease.task_id, observation)
     except ValueError as exc:  # more examples asked for than the env has (actors check it at start)
         raise EnvClientError(None, f"{lease.env_id}: conversation start: {exc}") from exc
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -103,14 +104,21 @@ class ConversationStart:
             raise ValueError(f"examples must be non-empty exchanges and default_examples in [0, "
                              f"{len(self.examples)}], got {self.default_examples}")
 
-    def turns(self, num_examples: int | None = None) -> list[tuple[str, str]]:
+    def turns(self, num_examples: int | None = None, task_id: str | None = None) -> list[tuple[str, str]]:
         """(role, text) turns to render before the first observation; ``None``: the env's default
-        number of examples. No instruction turn when the env has none (its observations say it all)."""
+        number of examples. No instruction turn when the env has none (its observations say it all).
+
+        Asked for fewer examples than the env has, an episode of ``task_id`` sees the ones its task id
+        picks (the same for every episode of the task, so a group shares its prompt): shown one fixed
+        example, SmolLM2 learned to repeat its answer ("go to red ball 1" in 52 of 60 held-out BabyAI
+        episodes), winning only the tasks that example's goal matched."""
         count = self.default_examples if num_examples is None else num_examples
         if not 0 <= count <= len(self.examples):
             raise ValueError(f"this env has {len(self.examples)} worked examples; {count} asked for")
         turns = [("user", self.instruction), ("assistant", self.acknowledgement)] if self.instruction else []
-        for example in self.examples[:count]:
+        picks = task_id is not None and count < len(self.examples)
+        first = zlib.crc32(task_id.encode()) % len(self.examples) if picks else 0
+        for example in (self.examples[first:] + self.examples[:first])[:count]:
             for observation, reply in example:
                 turns += [("user", observation), ("assistant", reply)]
         return turns

@@ -24,6 +24,7 @@ from envhub.config import EnvhubConfig
 from envhub.envs.babyai import BabyAIEnv
 from envhub.envs.babyai.commands import Invalid
 from envhub.envs.babyai.commands import parse_command as parse_babyai
+from envhub.envs.babyai.env import WORKED_EXAMPLE_TASKS
 from envhub.envs.search.env import DeepSearchEnv, shared_questions
 from envhub.envs.textcraft.agentgym_tree import goal_items
 from envhub.envs.textcraft.catalog import load_catalog
@@ -68,13 +69,13 @@ def test_worked_examples_are_won_episodes_whose_replies_are_actions_of_the_env(e
     start = registry.conversation_start(env_id)
     # AgentGym's evaluation shows no example: the default dialect shows one only when the run asks.
     assert start.default_examples == 0 and registry.conversation_start(env_id, dialect="lenient").default_examples == 1
-    (example,) = start.examples
-    assert len(example) >= 2  # an exchange the model can follow turn by turn
-    for _, reply in example:
-        action = extract_action(reply)
-        assert not isinstance(action, MalformedAction) and not isinstance(parse(action), refused)
+    for example in start.examples:
+        assert len(example) >= 2  # an exchange the model can follow turn by turn
+        for _, reply in example:
+            action = extract_action(reply)
+            assert not isinstance(action, MalformedAction) and not isinstance(parse(action), refused)
     turns = start.turns(1)
-    assert turns[2:] == [turn for observation, reply in example
+    assert turns[2:] == [turn for observation, reply in start.examples[0]
                          for turn in (("user", observation), ("assistant", reply))]
 
 
@@ -90,19 +91,34 @@ def test_textcraft_example_is_a_training_goal_never_a_held_out_one() -> None:
     assert numbers and numbers[0] in catalog.splits()["depth1_train"]
 
 
-def test_babyai_example_is_played_on_a_training_goto_task() -> None:
-    (example,) = registry.conversation_start("babyai-v0").examples
-    train_goto = [str(n) for n in registry.task_splits("babyai-v0")["goto"]][:200]
+@pytest.mark.parametrize("dialect", ["agentgym", "lenient"])
+def test_babyai_examples_are_training_goto_tasks_each_with_its_own_goal(dialect: str) -> None:
+    examples = registry.conversation_start("babyai-v0", dialect=dialect).examples
+    goals = [re.search(r"go to (?:the|a) (\w+ \w+)", example[0][0]).group(1) for example in examples]
+    assert len(examples) > 1 and len(set(goals)) == len(goals)  # repeating one example's answer wins one goal
+    goto = registry.task_splits("babyai-v0", dialect=dialect)["goto"]
+    candidates = [str(n) for n in goto[::len(goto) // WORKED_EXAMPLE_TASKS]]
 
     async def first_observations() -> set[str]:
-        env = BabyAIEnv()
+        env = BabyAIEnv(dialect)
         try:
-            return {(await env.reset(task_id, 0))[0] for task_id in train_goto}
+            return {(await env.reset(task_id, 0))[0] for task_id in candidates}
         finally:
             await env.close()
 
-    assert example[0][0] in asyncio.run(first_observations())
-    assert example[-1][1].endswith(re.search(r"go to the (\w+ \w+)", example[0][0]).group(1) + " 1")
+    played_on = asyncio.run(first_observations())
+    for example, goal in zip(examples, goals):
+        assert example[0][0] in played_on and example[-1][1].endswith(goal + " 1")
+
+
+def test_an_episode_sees_the_examples_its_task_picks_when_fewer_are_shown_than_the_env_has() -> None:
+    start = registry.conversation_start("babyai-v0")
+    openings = {task_id: start.turns(1, task_id) for task_id in map(str, range(40))}
+    assert all(start.turns(1, task_id) == turns for task_id, turns in openings.items())  # a group shares its prompt
+    shown = {turns[2][1] for turns in openings.values()}  # each opening's first example observation
+    assert shown == {example[0][0] for example in start.examples}  # 40 tasks see every example
+    every = start.turns(len(start.examples), "7")
+    assert every == start.turns(len(start.examples), "8")  # all shown: one order (shared by every episode)
 
 
 def test_conversation_start_rejects_what_it_cannot_render() -> None:

@@ -108,7 +108,8 @@ async def bench_env(url: str, env_id: str, model, tokenizer, samples: int, tempe
         for name, enabled, examples in SETTINGS:
             starts = ConversationStarts(env, lambda _, on=enabled, n=examples: (on, n))
             try:
-                openings = [await starts.opening(env_id, observation) for observation in observations]
+                openings = [await starts.opening(env_id, task_id, observation)
+                            for task_id, observation in zip(task_ids, observations)]
             except ValueError:  # the env has fewer examples than the setting asks for
                 continue
             prompts = first_prompts(tokenizer, openings)

@@ -15,8 +15,8 @@ from envhub.base import ConversationStart, Environment, StepResult
 from envhub.envs.babyai.agentgym_game import AgentGymGame
 from envhub.envs.babyai.lenient import LenientGame
 from envhub.envs.babyai.levels import TaskLayout, agentgym_splits
-from envhub.envs.babyai.worked_example import GoToPolicy
-from envhub.examples import play_worked_example
+from envhub.envs.babyai.worked_example import GoToPolicy, mission_goal
+from envhub.examples import play_worked_examples
 
 DIALECTS = ("agentgym", "lenient")
 AGENTGYM_INSTRUCTION = (
@@ -49,7 +49,10 @@ LENIENT_INSTRUCTION = (
     "Your response should use the following format:\nThought:\n<Your Thought>\n\nAction:\n<Your Action>"
 )
 WORKED_EXAMPLE_TASKS = 200
-"""Training GoTo tasks the worked example's scripted policy tries, in order, until it wins one."""
+"""Training GoTo tasks, evenly spaced over the split, the worked examples' scripted policy tries in order."""
+WORKED_EXAMPLES = 6
+"""Won GoTo tasks with as many different goals: an episode sees the ones its task id picks
+(envhub.base.ConversationStart.turns), so repeating an example's answer wins only its own goal."""
 LENIENT_ONLY = ("seeds_per_level", "test_seeds_per_level", "require_action_marker")
 
 
@@ -97,14 +100,18 @@ class BabyAIEnv(Environment):
 
     @classmethod
     def conversation_start(cls, dialect: str = "agentgym", **lenient_options: Any) -> ConversationStart:
-        """The dialect's instruction, and one worked example (a won GoTo training task): shown by default
-        under lenient; under agentgym only when the run asks (``rollout.num_examples``), since AgentGym's
-        evaluation shows none and a model should be trained on the prompt it is scored on."""
-        goto = [str(n) for n in cls.task_splits(dialect, **lenient_options)["goto"][:WORKED_EXAMPLE_TASKS]]
-        example = play_worked_example(lambda: cls(dialect, **lenient_options), goto,
-                                      lambda task_id: GoToPolicy(dialect), min_turns=2)
+        """The dialect's instruction, and worked examples (won GoTo training tasks, each with its own
+        goal), one shown by default under lenient; under agentgym only when the run asks
+        (``rollout.num_examples``), since AgentGym's evaluation shows none and a model should be
+        trained on the prompt it is scored on."""
+        goto = cls.task_splits(dialect, **lenient_options)["goto"]
+        # Spread over the split: lenient numbers its tasks level by level, and its first 200 share one goal.
+        goto = [str(n) for n in goto[::max(1, len(goto) // WORKED_EXAMPLE_TASKS)]]
+        examples = play_worked_examples(lambda: cls(dialect, **lenient_options), goto,
+                                        lambda task_id: GoToPolicy(dialect), WORKED_EXAMPLES,
+                                        distinct_by=mission_goal, min_turns=2)
         instruction = AGENTGYM_INSTRUCTION if dialect == "agentgym" else LENIENT_INSTRUCTION
-        return ConversationStart(instruction, examples=(example,), default_examples=int(dialect != "agentgym"))
+        return ConversationStart(instruction, examples=examples, default_examples=int(dialect != "agentgym"))
 
     async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
         return self._game.reset(task_id)

@@ -23,8 +23,7 @@ class GoToPolicy:
         self.goal = ""
 
     def __call__(self, observation: str) -> str:
-        mission = MISSION.match(observation)
-        self.goal = mission.group(1) if mission else self.goal
+        self.goal = mission_goal(observation) or self.goal
         for action in self._available(observation) if self.goal else ():
             if re.fullmatch(rf"go to {self.goal} \d+", action):
                 return reply(f"I see the {self.goal}. I will go to it.", action)
@@ -36,6 +35,12 @@ class GoToPolicy:
             return found.group(1).split(", ") if found else []
         found = AGENTGYM_ACTIONS.search(observation)
         return re.findall(r'"([^"]*)"', found.group(1)) if found else []
+
+
+def mission_goal(observation: str) -> str:
+    """The object a GoTo mission names ("red ball"); empty for any other observation."""
+    mission = MISSION.match(observation)
+    return mission.group(1) if mission else ""
 
 
 def reply(thought: str, action: str) -> str:
