@@ -1,4 +1,4 @@
-"""The worked example shown before the first observation: a won GoTo training task, played by a
+"""The worked examples shown before the first observation: won GoTo training tasks, played by a
 scripted policy through the env itself in the dialect's own grammar (envhub/examples.py).
 
 The policy reads the GoTo mission, takes the "go to" action for its target once the list of
