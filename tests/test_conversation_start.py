@@ -24,7 +24,7 @@ from envhub.config import EnvhubConfig
 from envhub.envs.babyai import BabyAIEnv
 from envhub.envs.babyai.commands import Invalid
 from envhub.envs.babyai.commands import parse_command as parse_babyai
-from envhub.envs.babyai.env import WORKED_EXAMPLE_TASKS
+from envhub.envs.babyai.env import worked_example_tasks
 from envhub.envs.search.env import DeepSearchEnv, shared_questions
 from envhub.envs.textcraft.agentgym_tree import goal_items
 from envhub.envs.textcraft.catalog import load_catalog
@@ -96,8 +96,7 @@ def test_babyai_examples_are_training_goto_tasks_each_with_its_own_goal(dialect:
     examples = registry.conversation_start("babyai-v0", dialect=dialect).examples
     goals = [re.search(r"go to (?:the|a) (\w+ \w+)", example[0][0]).group(1) for example in examples]
     assert len(examples) > 1 and len(set(goals)) == len(goals)  # repeating one example's answer wins one goal
-    goto = registry.task_splits("babyai-v0", dialect=dialect)["goto"]
-    candidates = [str(n) for n in goto[::len(goto) // WORKED_EXAMPLE_TASKS]]
+    candidates = worked_example_tasks(registry.task_splits("babyai-v0", dialect=dialect)["goto"])
 
     async def first_observations() -> set[str]:
         env = BabyAIEnv(dialect)

@@ -104,10 +104,8 @@ class BabyAIEnv(Environment):
         goal), one shown by default under lenient; under agentgym only when the run asks
         (``rollout.num_examples``), since AgentGym's evaluation shows none and a model should be
         trained on the prompt it is scored on."""
-        goto = cls.task_splits(dialect, **lenient_options)["goto"]
-        # Spread over the split: lenient numbers its tasks level by level, and its first 200 share one goal.
-        goto = [str(n) for n in goto[::max(1, len(goto) // WORKED_EXAMPLE_TASKS)]]
-        examples = play_worked_examples(lambda: cls(dialect, **lenient_options), goto,
+        examples = play_worked_examples(lambda: cls(dialect, **lenient_options),
+                                        worked_example_tasks(cls.task_splits(dialect, **lenient_options)["goto"]),
                                         lambda task_id: GoToPolicy(dialect), WORKED_EXAMPLES,
                                         distinct_by=mission_goal, min_turns=2)
         instruction = AGENTGYM_INSTRUCTION if dialect == "agentgym" else LENIENT_INSTRUCTION
@@ -121,6 +119,12 @@ class BabyAIEnv(Environment):
 
     async def close(self) -> None:
         self._game.close()
+
+
+def worked_example_tasks(goto: range | list[int]) -> list[str]:
+    """``WORKED_EXAMPLE_TASKS`` of the GoTo training split, evenly spaced: lenient numbers its tasks
+    level by level, and its first 200 share one goal."""
+    return [str(n) for n in goto[::max(1, len(goto) // WORKED_EXAMPLE_TASKS)]]
 
 
 def _check_options(dialect: Any, lenient_options: dict[str, Any]) -> str:
