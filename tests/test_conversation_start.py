@@ -79,11 +79,11 @@ def test_worked_examples_are_won_episodes_whose_replies_are_actions_of_the_env(e
                          for turn in (("user", observation), ("assistant", reply))]
 
 
-def test_textcraft_example_is_a_training_goal_never_a_held_out_one() -> None:
-    (example,) = registry.conversation_start("textcraft-v0").examples
-    goal = re.search(r"Goal: craft (.+)\.$", example[0][0]).group(1)
-    numbers = [n for n, item in enumerate(goal_items()) if item == "minecraft:" + goal.replace(" ", "_")]
-    assert numbers and numbers[0] in registry.task_splits("textcraft-v0")["depth1_train"]
+def test_textcraft_examples_are_training_goals_never_held_out_ones() -> None:
+    for example in registry.conversation_start("textcraft-v0").examples:
+        goal = re.search(r"Goal: craft (.+)\.$", example[0][0]).group(1)
+        numbers = [n for n, item in enumerate(goal_items()) if item == "minecraft:" + goal.replace(" ", "_")]
+        assert numbers and numbers[0] in registry.task_splits("textcraft-v0")["depth1_train"]
     lenient_goal = re.search(r"Goal: craft (.+)\.$",
                              registry.conversation_start("textcraft-v0", dialect="lenient").examples[0][0][0]).group(1)
     catalog = load_catalog(None)
@@ -197,7 +197,7 @@ def test_an_episode_opens_with_the_conversation_start_as_context_and_counts_pars
     np.testing.assert_array_equal(refused.turn_action_parsed, [1, 1])  # a well-formed "get"...
     np.testing.assert_array_equal(refused.turn_action_accepted, [0, 0])  # ...of nothing the env has
     context = tokenizer.decode(parsed.token_ids[: parsed.turn_spans[0, 0]])
-    example_reply = start.examples[0][0][1]
+    example_reply = start.turns(1, "0")[3][1]  # task 0's own pick of the six
     positions = [context.index(text) for text in (start.instruction[:60], ACKNOWLEDGEMENT, example_reply,
                                                    "Goal: craft acacia planks.")]
     assert positions == sorted(positions)
@@ -212,9 +212,9 @@ def test_an_actor_asking_an_env_for_more_examples_than_it_has_fails_at_start() -
     async def check(url: str) -> None:
         async with EnvClient(url) as env:
             await ConversationStarts(env, lambda env_id: (True, 1)).check(["textcraft-v0"])
-            await ConversationStarts(env, lambda env_id: (False, 5)).check(["textcraft-v0"])  # off: not shown
-            with pytest.raises(ValueError, match="textcraft-v0: this env has 1 worked examples; 3 asked for"):
-                await ConversationStarts(env, lambda env_id: (True, 3)).check(["textcraft-v0"])
+            await ConversationStarts(env, lambda env_id: (False, 9)).check(["textcraft-v0"])  # off: not shown
+            with pytest.raises(ValueError, match="textcraft-v0: this env has 6 worked examples; 7 asked for"):
+                await ConversationStarts(env, lambda env_id: (True, 7)).check(["textcraft-v0"])
 
     with running_hub(EnvhubConfig(port=0)) as url:
         asyncio.run(check(url))

@@ -104,12 +104,34 @@ def test_unknown_dialect_is_refused_naming_the_choices() -> None:
         TextCraftEnv(dialect="strict")
 
 
-def test_conversation_start_is_agentgyms_instruction_with_an_example_in_its_grammar() -> None:
+def test_conversation_start_is_agentgyms_instruction_with_examples_in_its_grammar() -> None:
     start = TextCraftEnv.conversation_start()
     assert start.instruction.startswith("You are given few useful crafting recipes")
-    replies = [turn[1] for turn in start.examples[0]]
-    assert all(text.startswith("Thought:\n") and "\n\nAction:\n" in text for text in replies)
-    assert all(client_action(text) for text in replies)
+    assert start.default_examples == 0  # AgentGym's evaluation shows none
+    for example in start.examples:
+        replies = [turn[1] for turn in example]
+        assert all(text.startswith("Thought:\n") and "\n\nAction:\n" in text for text in replies)
+        assert all(client_action(text) for text in replies)
+
+
+@pytest.mark.parametrize("num_distractors", [10, 2])
+def test_each_worked_example_is_a_won_training_episode_of_its_own_goal(num_distractors: int) -> None:
+    """Replayed through the env on its goal's training task, each example's replies meet the same
+    observations and win, so an example is what the env shows; no two share a goal, none is held out."""
+    start = TextCraftEnv.conversation_start(num_distractors=num_distractors)
+    splits = TextCraftEnv.task_splits()
+    goals = {display(goal): number for number, goal in enumerate(load_agentgym_tree(None).goals)}
+    names = [re.search(r"Goal: craft (.+)\.", example[0][0]).group(1) for example in start.examples]
+    assert len(start.examples) == 6 and len(set(names)) == 6
+    for name, example in zip(names, start.examples, strict=True):
+        assert goals[name] in splits["depth1_train"]
+        env = TextCraftEnv(num_distractors=num_distractors)
+        observation, _ = asyncio.run(env.reset(str(goals[name]), 0))
+        for expected, reply_text in example:
+            assert observation == expected
+            result = asyncio.run(env.step(reply_text))
+            observation = result.observation
+        assert result.terminated and result.reward == 1
 
 
 # --- every goal can be won from the commands AgentGym shows -----------------------------------

@@ -44,6 +44,8 @@ def test_trajectories_carry_per_token_versions(smoke_run):
     episodes = [m for m in read_messages(run_dir / "trajectories" / "trajectories.msgpack")
                 if isinstance(m, Trajectory)]
     assert len(episodes) >= 4 * 2 * 4  # steps x groups x group size
+    for e in episodes:  # every episode, failed ones too, says how it ended
+        assert e.status in ("ok", "env_error", "engine_error", "timeout") and e.finish_reason, (e.status, e.error)
     ok = [e for e in episodes if e.status == "ok"]
     assert len(ok) >= 0.9 * len(episodes), {e.error for e in episodes if e.status != "ok"}
     for e in ok:
@@ -51,7 +53,6 @@ def test_trajectories_carry_per_token_versions(smoke_run):
         sampled = e.loss_mask.astype(bool)
         assert len(e.token_ids) == len(e.token_versions) == len(e.behavior_logprobs)
         assert (e.token_versions[~sampled] == -1).all() and (e.token_versions[sampled] >= 0).all()
-        assert e.status in ("ok", "env_error", "engine_error", "timeout") and e.finish_reason
         assert e.num_turns <= e.turn_cap
     assert max(int(e.token_versions.max()) for e in episodes) >= 1, "no episode used an updated policy"
     assert any(e.truncated and e.finish_reason == "turn_cap" for e in episodes)

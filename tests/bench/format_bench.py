@@ -42,7 +42,7 @@ QUICK_ENVS = ("keydoor-v0", "textcraft-v0", "babyai-v0")
 DEFAULT_ENVS = ("keydoor-v0", "textcraft-v0", "babyai-v0", "sciworld-v0", "search-v0")
 SPLITS = {"keydoor-v0": "test", "textcraft-v0": "depth1_test", "babyai-v0": "goto_test", "sciworld-v0": "test",
           "search-v0": "test", "webnav-v0": "test"}
-SETTINGS = (("off", False, 0), ("instruction", True, 0), ("1 example", True, 1))
+SETTINGS = (("off", False, 0), ("instruction", True, 0), ("1 example", True, 1), ("2 examples", True, 2))
 SYSTEM_PROMPT = RolloutSection().system_prompt
 
 
@@ -50,6 +50,8 @@ SYSTEM_PROMPT = RolloutSection().system_prompt
 class Shares:
     parsed: float
     valid: float
+    won: float
+    """Replies that finished the task at once (a BabyAI goal in view, ``go to`` it)."""
 
 
 def first_prompts(tokenizer, openings: list[tuple[list, str]]) -> list[list[int]]:
@@ -82,16 +84,17 @@ def sample_replies(model, tokenizer, prompts: list[list[int]], max_new_tokens: i
 
 async def judge(env: EnvClient, env_id: str, task_ids: list[str], replies: list[str]) -> Shares:
     """Each reply stepped once in a fresh session of its task: the env's own verdict."""
-    parsed = valid = 0
+    parsed = valid = won = 0
     for task_id, reply in zip(task_ids, replies):
         session = await env.create(env_id, task_id, 0)
         try:
-            info = (await env.step(session.session_id, reply.strip())).info
+            result = await env.step(session.session_id, reply.strip())
         finally:
             await env.close(session.session_id)
-        parsed += bool(info.get("action_parsed"))
-        valid += bool(info.get("action_valid", info.get("action_parsed")))
-    return Shares(parsed / len(replies), valid / len(replies))
+        parsed += bool(result.info.get("action_parsed"))
+        valid += bool(result.info.get("action_valid", result.info.get("action_parsed")))
+        won += bool(result.info.get("success", result.reward > 0))
+    return Shares(parsed / len(replies), valid / len(replies), won / len(replies))
 
 
 async def bench_env(url: str, env_id: str, model, tokenizer, samples: int, temperature: float,
@@ -132,7 +135,7 @@ def run(models: list[str], envs: list[str], samples: int, temperature: float, ma
                     # Parsed share over the "off" one (inf when "off" parses nothing and this does).
                     ratio = shares.parsed / baseline.parsed if baseline.parsed else float("inf" if shares.parsed else 1)
                     table.append((f"{model_name} {env_id}: {name}, {samples} first replies",
-                                  f"parsed {shares.parsed:.2f}, valid {shares.valid:.2f}",
+                                  f"parsed {shares.parsed:.2f}, valid {shares.valid:.2f}, won {shares.won:.2f}",
                                   f"off: parsed {baseline.parsed:.2f}, valid {baseline.valid:.2f}", ratio, ""))
     return table
 

@@ -24,12 +24,14 @@ from envhub.envs.textcraft.agentgym_tree import AgentGymTree, load_agentgym_tree
 from envhub.envs.textcraft.catalog import Catalog, Goal, load_catalog, splits_by_depth
 from envhub.envs.textcraft.commands import Craft, Get, ShowInventory, Unparsable, parse_command
 from envhub.envs.textcraft.crafting import Workbench
-from envhub.envs.textcraft.example import agentgym_worked_example, worked_example
+from envhub.envs.textcraft.example import agentgym_worked_examples, worked_example
 from envhub.envs.textcraft.recipes import display_name
 from envhub.envs.textcraft.tasks import crafting_commands, task_observation
 
 AGENTGYM_SEED = 42
 """``TextCraftEnv.reset``'s default seed; AgentGym's server never passes another."""
+AGENTGYM_EXAMPLES = 6
+"""Worked examples on offer under agentgym, each a different goal (``rollout.num_examples`` picks)."""
 
 Exchange = tuple[tuple[str, str], ...]
 """A worked example: (observation, reply) turns."""
@@ -52,8 +54,8 @@ class Dialect(Protocol):
 
     def splits(self, recipes_dir: str | None) -> dict[str, list[int]]: ...
 
-    def worked_example(self, recipes_dir: str | None, num_distractors: int,
-                       splits: dict[str, list[int]]) -> Exchange | None: ...
+    def worked_examples(self, recipes_dir: str | None, num_distractors: int,
+                        splits: dict[str, list[int]]) -> tuple[Exchange, ...]: ...
 
     async def episode(self, recipes_dir: str | None, num_distractors: int, task_id: str, seed: int) -> Episode: ...
 
@@ -75,12 +77,13 @@ class AgentGymDialect:
         tree = load_agentgym_tree(recipes_dir)
         return splits_by_depth([tree.depths[goal] for goal in tree.goals])
 
-    def worked_example(self, recipes_dir: str | None, num_distractors: int,
-                       splits: dict[str, list[int]]) -> Exchange | None:
+    def worked_examples(self, recipes_dir: str | None, num_distractors: int,
+                        splits: dict[str, list[int]]) -> tuple[Exchange, ...]:
         if not splits.get("depth1_train"):  # a recipe folder with no depth-1 goal: nothing to show
-            return None
+            return ()
         tree = load_agentgym_tree(recipes_dir)
-        return agentgym_worked_example(tree, splits["depth1_train"], random.Random(AGENTGYM_SEED))
+        return agentgym_worked_examples(tree, splits["depth1_train"], num_distractors, AGENTGYM_SEED,
+                                        AGENTGYM_EXAMPLES)
 
     async def episode(self, recipes_dir: str | None, num_distractors: int, task_id: str,
                       seed: int) -> AgentGymEpisode:
@@ -122,9 +125,9 @@ class LenientDialect:
     def splits(self, recipes_dir: str | None) -> dict[str, list[int]]:
         return load_catalog(recipes_dir).splits()
 
-    def worked_example(self, recipes_dir: str | None, num_distractors: int,
-                       splits: dict[str, list[int]]) -> Exchange | None:
-        return worked_example(load_catalog(recipes_dir), num_distractors)
+    def worked_examples(self, recipes_dir: str | None, num_distractors: int,
+                        splits: dict[str, list[int]]) -> tuple[Exchange, ...]:
+        return (worked_example(load_catalog(recipes_dir), num_distractors),)
 
     async def episode(self, recipes_dir: str | None, num_distractors: int, task_id: str,
                       seed: int) -> LenientEpisode:

@@ -8,7 +8,7 @@ task there. Reward: AgentGym's step reward (1 on the step that crafts the goal, 
 also ``info["score"]`` and AgentGym-RL's training reward); a reply with two ``Action:`` lines is
 answered by AgentGym's client without a step. ``lenient`` is the earlier behaviour, described below.
 
-The conversation start is AgentGym's TextCraft instruction and one worked example; the first
+The conversation start is AgentGym's TextCraft instruction and worked examples; the first
 observation gives the crafting commands of the goal's recipe tree mixed with distractors, and the
 goal. The agent replies ``Thought: ...`` then ``Action: <action>`` with ``get N item``, ``craft N item using a X, b Y``
 or ``inventory``. Reward 1 and ``terminated`` (success) once the goal item is crafted; there is
@@ -80,15 +80,15 @@ class TextCraftEnv(Environment):
     @classmethod
     def conversation_start(cls, recipes_dir: str | None = None, num_distractors: int = DEFAULT_NUM_DISTRACTORS,
                            dialect: str = "agentgym", **unknown: Any) -> ConversationStart:
-        """AgentGym's instruction, and one worked example (a won depth-1 training goal): shown by default
-        under lenient; under agentgym only when the run asks (``rollout.num_examples``), since AgentGym's
-        evaluation shows none and a model should be trained on the prompt it is scored on."""
+        """AgentGym's instruction, and worked examples (won depth-1 training goals; one under lenient,
+        shown by default; six under agentgym, shown only when the run asks, ``rollout.num_examples``,
+        since AgentGym's evaluation shows none and a model should be trained on the prompt it is scored on)."""
         splits = cls.task_splits(recipes_dir, num_distractors, dialect, **unknown)  # the same checks
         rules = DIALECTS[dialect]
-        example = rules.worked_example(_checked_recipes_dir(recipes_dir), num_distractors, splits)
-        if example is None:
+        examples = rules.worked_examples(_checked_recipes_dir(recipes_dir), num_distractors, splits)
+        if not examples:
             return ConversationStart(INSTRUCTION)
-        return ConversationStart(INSTRUCTION, examples=(example,), default_examples=rules.default_examples)
+        return ConversationStart(INSTRUCTION, examples=examples, default_examples=rules.default_examples)
 
     async def reset(self, task_id: str, seed: int) -> tuple[str, dict[str, Any]]:
         self._episode = None  # a reset that fails leaves no episode to step

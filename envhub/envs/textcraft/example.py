@@ -10,6 +10,7 @@ the goals held out for evaluation.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from envhub.envs.textcraft.agentgym_game import AgentGymGame, first_observation
 from envhub.envs.textcraft.agentgym_tree import AgentGymTree, TreeRecipe, display
@@ -62,16 +63,38 @@ def _reply(thought: str, action: str) -> str:
     return f"Thought:\n{thought}\n\nAction:\n{action}"
 
 
-def agentgym_worked_example(tree: AgentGymTree, depth1_train: list[int],
-                            rng: random.Random) -> tuple[tuple[str, str], ...]:
-    """The same kind of example under the agentgym dialect, played by AgentGym's rules (agentgym_game.py):
-    the first depth-1 training goal whose first recipe takes one or two gettable items."""
-    for number in depth1_train:
-        goal = tree.goals[number]
-        recipe = tree.item_recipes[goal][0]
-        if len(recipe.inputs) <= 2 and all(_gettable(tree, part.name) for part in recipe.inputs):
-            return _play_agentgym(tree, goal, recipe, rng)
-    raise ValueError("textcraft-v0: no depth-1 training goal made of gettable items to show as a worked example")
+def agentgym_worked_examples(tree: AgentGymTree, depth1_train: list[int], num_distractors: int, seed: int,
+                             count: int) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """Up to ``count`` examples of the same kind under the agentgym dialect, played by AgentGym's
+    rules (agentgym_game.py), each on a different depth-1 training goal whose first recipe takes one
+    or two gettable items, those whose commands hold distractors first (they show picking the right
+    one). Each shows the commands the env itself shows that task (drawn with ``seed``, as its reset
+    does). Several, since an episode sees the ones its task id picks: shown one, a small model learns
+    to repeat its answer (BabyAI)."""
+    playable = [tree.goals[number] for number in depth1_train
+                if _playable(tree, tree.item_recipes[tree.goals[number]][0])]
+    if not playable:
+        raise ValueError("textcraft-v0: no depth-1 training goal made of gettable items to show as a worked example")
+    listings = {goal: tree.crafting_commands(goal, random.Random(seed), num_distractors)
+                for goal in playable}
+    ranked = sorted(playable, key=lambda goal: len(listings[goal]) == 1)  # stable: training order
+    chosen = _varied(ranked, lambda goal: {part.name for part in tree.item_recipes[goal][0].inputs}, count)
+    return tuple(_play_agentgym(tree, goal, tree.item_recipes[goal][0], listings[goal]) for goal in chosen)
+
+
+def _varied(goals: list[str], ingredients_of: Callable[[str], set[str]], count: int) -> list[str]:
+    """The first ``count`` goals, preferring those that share no ingredient with one taken before
+    (six blackstone recipes would show one answer six times)."""
+    fresh, seen = [], set()
+    for goal in goals:
+        if not ingredients_of(goal) & seen:
+            fresh.append(goal)
+            seen |= ingredients_of(goal)
+    return (fresh + [goal for goal in goals if goal not in fresh])[:count]
+
+
+def _playable(tree: AgentGymTree, recipe: TreeRecipe) -> bool:
+    return len(recipe.inputs) <= 2 and all(_gettable(tree, part.name) for part in recipe.inputs)
 
 
 def _gettable(tree: AgentGymTree, name: str) -> bool:
@@ -79,9 +102,9 @@ def _gettable(tree: AgentGymTree, name: str) -> bool:
 
 
 def _play_agentgym(tree: AgentGymTree, goal: str, recipe: TreeRecipe,
-                   rng: random.Random) -> tuple[tuple[str, str], ...]:
+                   commands: list[str]) -> tuple[tuple[str, str], ...]:
     game, turns = AgentGymGame(tree, goal), []
-    observation = first_observation(tree.crafting_commands(goal, rng), goal)
+    observation = first_observation(commands, goal)
     for part in recipe.inputs:
         name = display(part.name)
         action = f"get {part.count} {name}"
