@@ -1,6 +1,6 @@
 """Multi-turn token buffer: an episode's transcript as token ids, never re-tokenized.
 
-The rule (ARCHITECTURE.md, "Episode"): the first observation is rendered with the chat
+The rule (docs/architecture.md, "Episode"): the first observation is rendered with the chat
 template and tokenized once; each sampled turn is appended exactly as sampled; each later
 observation is tokenized as the chat-template *delta* only (end-of-turn glue after the
 assistant's eos, the new user turn, the generation prompt). For a ChatML template the

@@ -1,4 +1,4 @@
-"""The one tensorboard writer: owns the metric namespaces of ARCHITECTURE.md.
+"""The one tensorboard writer: owns the metric namespaces of docs/architecture.md.
 
 Every scalar is logged against the learner step. A name outside the known namespaces is a bug
 (a typo would silently create a new curve), so it raises.

@@ -1,7 +1,8 @@
 """The import layers hold: ``common/`` imports no role, role configs are pure dataclass modules that
 ``common/config.py`` composes, only the launcher imports ``common.launcher``, actors and learner never
-import each other, and the learner reaches envhub only through its HTTP client. Every import counts,
-those inside functions too."""
+import each other, envhub imports no other role, the learner reaches envhub only through its HTTP client
+and the actors only through its client surface, and the packages import each other without a cycle
+(docs/architecture.md draws it). Every import counts, those inside functions too."""
 
 import ast
 import sys
@@ -151,3 +152,43 @@ def test_the_learner_reaches_envhub_only_through_its_client():
     # Task lists come over HTTP (GET /envs/{id}/tasks): the learner's node needs no env's code or data.
     found = violations(files_under("learner"), lambda module: is_in(module, "envhub") and module != "envhub.client")
     assert not found, "the learner talks to envhub over HTTP (envhub.client) only:\n" + "\n".join(found)
+
+
+def test_envhub_imports_no_other_role():
+    # envhub is a service the others call over HTTP: it runs on nodes with no learner or actor code.
+    found = violations(files_under("envhub"), lambda module: is_in(module, "actors", "learner"))
+    assert not found, "envhub imports common/ only:\n" + "\n".join(found)
+
+
+ENVHUB_CLIENT_SURFACE = ("envhub.client", "envhub.channel_client", "envhub.base", "envhub.actions")
+"""What an actor may import from envhub: the two clients, the types they answer with (base) and the
+reply parsing every env shares (actions); never an env, the server or its data."""
+
+
+def test_actors_reach_envhub_only_through_its_client_surface():
+    found = violations(files_under("actors"),
+                       lambda module: is_in(module, "envhub") and module not in ENVHUB_CLIENT_SURFACE)
+    assert not found, f"actors use envhub through {', '.join(ENVHUB_CLIENT_SURFACE)} only:\n" + "\n".join(found)
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Which top-level packages import which, leaving out the composition points the tests above allow
+    (``common/config.py`` and ``common/launcher/`` see every role by design)."""
+    composition = [REPO / "common" / "config.py", *files_under("common/launcher")]
+    graph: dict[str, set[str]] = {package: set() for package in (*ROLES, "common")}
+    for path in files_under(*ROLES, "common"):
+        if path in composition:
+            continue
+        source = module_of(path).split(".")[0]
+        graph[source] |= {imp.module.split(".")[0] for imp in imports_of_file(path)} & set(graph) - {source}
+    return graph
+
+
+def test_the_packages_import_each_other_without_a_cycle():
+    graph, order = package_graph(), []
+    while graph:  # peel packages that import nothing left; a cycle leaves some that all import each other
+        leaves = sorted(package for package, targets in graph.items() if not targets & set(graph))
+        assert leaves, f"import cycle among {sorted(graph)}: {graph}"
+        order += leaves
+        graph = {package: targets for package, targets in graph.items() if package not in leaves}
+    assert order.index("common") < order.index("envhub") < min(order.index("actors"), order.index("learner"))

@@ -1,6 +1,6 @@
 """One recorded episode as the viewer shows it: turns of env tokens and action tokens, with text.
 
-A ``Trajectory`` carries tokens only (text is never re-tokenized on the way, ARCHITECTURE.md).
+A ``Trajectory`` carries tokens only (text is never re-tokenized on the way, docs/architecture.md).
 Its ``turn_spans`` are the ``[start, end)`` of each sampled assistant turn (loss mask 1); the
 tokens before a span are what the environment and the chat template put in front of that turn
 (the first observation with the system prompt, then each observation as a template delta), and

@@ -1,7 +1,7 @@
 """Run folders under ``envhub.runs_dir``: listing, safe lookup, and per-run caches.
 
 A run is ``<runs_dir>/<run_name>/`` with ``config.yaml``, ``trajectories/``, ``tb/`` and
-``checkpoints/`` (ARCHITECTURE.md, "Run directory"). Only direct sub-folders are served, so a
+``checkpoints/`` (docs/architecture.md, "Run directory"). Only direct sub-folders are served, so a
 run name can never reach outside ``runs_dir``. Each run keeps one ``RunIndex`` and one tokenizer,
 loaded on first use from the run's own model (``config.yaml`` ``model.name`` resolved by
 ``common/models.py``; the latest checkpoint's ``hf/`` when that fails).
