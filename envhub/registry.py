@@ -86,6 +86,15 @@ def register(id: str, entry_point: str, max_turns: int, splits: dict[str, range]
     return new_spec
 
 
+def unregister(id: str) -> None:
+    """Forget env ``id`` and what was cached from it (an env registered for a while, as by a test);
+    ``UnknownEnvError`` if it is not registered."""
+    spec(id)
+    del _specs[id]
+    _dynamic_splits.cache_clear()
+    _conversation_start.cache_clear()
+
+
 def spec(id: str) -> EnvSpec:
     """The spec registered under `id`; raises `UnknownEnvError` naming the registered ids."""
     _ensure_builtins()

@@ -1,8 +1,10 @@
-"""A real envhub server on loopback for the duration of a ``with`` block."""
+"""A real envhub server on loopback, and test envs registered, for the duration of a ``with`` block."""
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
+from envhub import registry
 from envhub.config import EnvhubConfig
 from envhub.main import EnvhubServer
 
@@ -16,3 +18,17 @@ def running_hub(cfg: EnvhubConfig) -> Iterator[str]:
         yield server.base_url
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def registered_envs(*specs: dict[str, Any]) -> Iterator[None]:
+    """Register each spec (``registry.register``'s keywords) for the block, then forget it, so a test
+    module's envs never leak into another module's registry."""
+    ids = []
+    try:
+        for env_spec in specs:
+            ids.append(registry.register(**env_spec).id)
+        yield
+    finally:
+        for env_id in ids:
+            registry.unregister(env_id)

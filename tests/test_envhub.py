@@ -21,9 +21,9 @@ from envhub.conformance import ConformanceError, check_env
 from envhub.envs.keydoor import KeyDoorEnv
 from envhub.main import parse_config
 from envhub.sessions import SessionGoneError, SessionLimitError, SessionTable, UnknownSessionError
-from tests.servers import running_hub
+from tests.servers import registered_envs, running_hub
 
-# Taken before the deliberately broken test envs below are registered.
+# At import, before the module's deliberately broken test envs are registered (test_envs).
 # agentgym-v0 needs a remote server's url; tests/test_env_agentgym.py checks it against one.
 BUILTIN_ENV_IDS = [env_spec.id for env_spec in registry.list_specs() if env_spec.id != "agentgym-v0"]
 HINT_PATTERN = re.compile(r"key jingles in the (\w+)")
@@ -77,18 +77,18 @@ class SilentEnv(RecordingEnv):
         return "", {"success": False}
 
 
-def _register_test_envs() -> None:
-    if "test-slow-v0" in {env_spec.id for env_spec in registry.list_specs()}:
-        return  # module imported twice
+@pytest.fixture(scope="module", autouse=True)
+def test_envs() -> Iterator[None]:
     splits = {"train": range(0, 10)}
-    registry.register("test-slow-v0", f"{__name__}:SlowEnv", max_turns=4, splits=splits)
-    registry.register("test-failstep-v0", f"{__name__}:FailingEnv", max_turns=4, splits=splits, fail_in="step")
-    registry.register("test-failreset-v0", f"{__name__}:FailingEnv", max_turns=4, splits=splits, fail_in="reset")
-    registry.register("test-recording-v0", f"{__name__}:RecordingEnv", max_turns=4, splits=splits)
-    registry.register("test-silent-v0", f"{__name__}:SilentEnv", max_turns=4, splits=splits)
-
-
-_register_test_envs()
+    with registered_envs(dict(id="test-slow-v0", entry_point=f"{__name__}:SlowEnv", max_turns=4, splits=splits),
+                         dict(id="test-failstep-v0", entry_point=f"{__name__}:FailingEnv", max_turns=4,
+                              splits=splits, fail_in="step"),
+                         dict(id="test-failreset-v0", entry_point=f"{__name__}:FailingEnv", max_turns=4,
+                              splits=splits, fail_in="reset"),
+                         dict(id="test-recording-v0", entry_point=f"{__name__}:RecordingEnv", max_turns=4,
+                              splits=splits),
+                         dict(id="test-silent-v0", entry_point=f"{__name__}:SilentEnv", max_turns=4, splits=splits)):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -382,3 +382,13 @@ def test_cli_flags_use_the_config_grammar() -> None:
     assert cfg == EnvhubConfig(port=8123, step_timeout_s=2.5, max_sessions=7)
     with pytest.raises(SystemExit):
         parse_config(["--no-such-flag", "1"])
+
+
+def test_an_env_registered_for_a_block_is_gone_after_it() -> None:
+    env_spec = dict(id="test-brief-v0", entry_point=f"{__name__}:SilentEnv", max_turns=4, splits={"train": range(2)})
+    with registered_envs(env_spec):
+        assert registry.task_ids("test-brief-v0", "train") == ["0", "1"]
+    with pytest.raises(registry.UnknownEnvError, match="unknown env id 'test-brief-v0'"):
+        registry.spec("test-brief-v0")
+    with pytest.raises(registry.UnknownEnvError):
+        registry.unregister("test-brief-v0")

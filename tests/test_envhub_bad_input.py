@@ -12,11 +12,11 @@ from typing import Any, Iterator
 
 import pytest
 
-from envhub import registry
 from envhub.base import Environment, StepResult
 from envhub.client import EnvClient, EnvClientError
 from envhub.config import EnvhubConfig
 from envhub.main import EnvhubServer
+from tests.servers import registered_envs
 
 MAX_ACTION_CHARS = 100
 
@@ -33,8 +33,11 @@ class ExplodingEnv(Environment):
         return StepResult("Nothing happens.", 0.0, False, False, {"success": False})
 
 
-if "badinput-exploding-v0" not in {env_spec.id for env_spec in registry.list_specs()}:
-    registry.register("badinput-exploding-v0", f"{__name__}:ExplodingEnv", max_turns=4, splits={"train": range(5)})
+@pytest.fixture(scope="module", autouse=True)
+def test_envs() -> Iterator[None]:
+    with registered_envs(dict(id="badinput-exploding-v0", entry_point=f"{__name__}:ExplodingEnv", max_turns=4,
+                              splits={"train": range(5)})):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -19,14 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.auth import TOKEN_ENV
-from envhub import registry
 from envhub.base import Environment, StepResult
 from envhub.channel_client import ChannelEnvClient, make_env_client
 from envhub.channel_frames import FLUSH_FRAMES, HEADER, MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameReader, frame
 from envhub.client import EnvClient, EnvClientError
 from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
-from tests.servers import running_hub
+from tests.servers import registered_envs, running_hub
 
 MAX_ACTION_CHARS = 4000  # above the conformance checker's 2000-character garbage action
 MAX_SESSIONS = 12
@@ -47,8 +46,11 @@ class StallingEnv(Environment):
         return StepResult("Nothing happens.", 0.0, action == "finish", False, {"success": False})
 
 
-if "channel-test-v0" not in {env_spec.id for env_spec in registry.list_specs()}:
-    registry.register("channel-test-v0", f"{__name__}:StallingEnv", max_turns=4, splits={"train": range(3)})
+@pytest.fixture(scope="module", autouse=True)
+def test_envs() -> Iterator[None]:
+    with registered_envs(dict(id="channel-test-v0", entry_point=f"{__name__}:StallingEnv", max_turns=4,
+                              splits={"train": range(3)})):
+        yield
 
 
 @pytest.fixture(scope="module")

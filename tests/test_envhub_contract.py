@@ -23,7 +23,7 @@ from envhub.base import ConversationStart, Environment, StepResult
 from envhub.config import EnvhubConfig
 from envhub.errors import ANY_ROUTE, ERRORS, MEANING_SEPARATOR, ROUTE_ERRORS
 from envhub.options import OptionsError
-from tests.servers import running_hub
+from tests.servers import registered_envs, running_hub
 
 STEP_TIMEOUT_S = 0.5
 MAX_SESSIONS = 3
@@ -67,13 +67,16 @@ class BrokenStartEnv(ContractEnv):
         raise RuntimeError("the instruction file is gone")
 
 
-if "contract-v0" not in {env_spec.id for env_spec in registry.list_specs()}:
-    registry.register("contract-v0", f"{__name__}:ContractEnv", max_turns=4, splits={"train": range(5)})
-    registry.register("contract-broken-start-v0", f"{__name__}:BrokenStartEnv", max_turns=4,
-                      splits={"train": range(5)})
-    # keydoor under a second id, so options it refuses leave keydoor-v0 itself usable.
-    registry.register("contract-keydoor-v0", "envhub.envs.keydoor:KeyDoorEnv", max_turns=8,
-                      splits={"train": range(10)})
+@pytest.fixture(scope="module", autouse=True)
+def test_envs() -> Iterator[None]:
+    with registered_envs(dict(id="contract-v0", entry_point=f"{__name__}:ContractEnv", max_turns=4,
+                              splits={"train": range(5)}),
+                         dict(id="contract-broken-start-v0", entry_point=f"{__name__}:BrokenStartEnv", max_turns=4,
+                              splits={"train": range(5)}),
+                         # keydoor under a second id, so options it refuses leave keydoor-v0 itself usable.
+                         dict(id="contract-keydoor-v0", entry_point="envhub.envs.keydoor:KeyDoorEnv", max_turns=8,
+                              splits={"train": range(10)})):
+        yield
 
 
 @pytest.fixture(scope="module")
