@@ -10,7 +10,6 @@ the goals held out for evaluation.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 
 from envhub.envs.textcraft.agentgym_game import AgentGymGame, first_observation
 from envhub.envs.textcraft.agentgym_tree import AgentGymTree, TreeRecipe, display
@@ -71,25 +70,24 @@ def agentgym_worked_examples(tree: AgentGymTree, depth1_train: list[int], num_di
     one). Each shows the commands the env itself shows that task (drawn with ``seed``, as its reset
     does). Several, since an episode sees the ones its task id picks: shown one, a small model learns
     to repeat its answer (BabyAI)."""
-    playable = [tree.goals[number] for number in depth1_train
-                if _playable(tree, tree.item_recipes[tree.goals[number]][0])]
+    recipes = {goal: tree.item_recipes[goal][0] for goal in (tree.goals[number] for number in depth1_train)}
+    playable = [goal for goal, recipe in recipes.items() if _playable(tree, recipe)]
     if not playable:
         raise ValueError("textcraft-v0: no depth-1 training goal made of gettable items to show as a worked example")
-    listings = {goal: tree.crafting_commands(goal, random.Random(seed), num_distractors)
-                for goal in playable}
+    listings = {goal: tree.crafting_commands(goal, random.Random(seed), num_distractors) for goal in playable}
     ranked = sorted(playable, key=lambda goal: len(listings[goal]) == 1)  # stable: training order
-    chosen = _varied(ranked, lambda goal: {part.name for part in tree.item_recipes[goal][0].inputs}, count)
-    return tuple(_play_agentgym(tree, goal, tree.item_recipes[goal][0], listings[goal]) for goal in chosen)
+    chosen = _varied(ranked, {goal: {part.name for part in recipes[goal].inputs} for goal in ranked}, count)
+    return tuple(_play_agentgym(tree, goal, recipes[goal], listings[goal]) for goal in chosen)
 
 
-def _varied(goals: list[str], ingredients_of: Callable[[str], set[str]], count: int) -> list[str]:
+def _varied(goals: list[str], ingredients: dict[str, set[str]], count: int) -> list[str]:
     """The first ``count`` goals, preferring those that share no ingredient with one taken before
     (six blackstone recipes would show one answer six times)."""
     fresh, seen = [], set()
     for goal in goals:
-        if not ingredients_of(goal) & seen:
+        if not ingredients[goal] & seen:
             fresh.append(goal)
-            seen |= ingredients_of(goal)
+            seen |= ingredients[goal]
     return (fresh + [goal for goal in goals if goal not in fresh])[:count]
 
 
