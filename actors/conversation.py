@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from common.config import ConfigError
 from envhub.base import ConversationStart
@@ -44,9 +44,11 @@ class ConversationStarts:
             return [], first_observation
         return [], f"{start.instruction}\n\n{first_observation}"
 
-    async def check(self, env_ids: list[str]) -> None:
+    async def check(self, env_ids: list[str], opening_ids: Callable[[Turns, str], Sequence[int]] | None = None,
+                    max_episode_tokens: int | None = None) -> None:
         """Fetch every env's start now and check the run's settings against it: a run that asks an
-        env for more examples than it has fails at start, saying so, not episode by episode."""
+        env for more examples than it has, or whose start alone (tokenized by ``opening_ids``) leaves
+        no room in ``max_episode_tokens``, fails at start, saying so, not episode by episode."""
         for env_id in env_ids:
             try:
                 start = await self._start(env_id)
@@ -54,11 +56,16 @@ class ConversationStarts:
                 log.warning("conversation start of %s not fetched yet: %s", env_id, error)
                 continue
             enabled, num_examples = self._settings_for(env_id)
-            if enabled:
-                try:
-                    start.turns(num_examples)
-                except ValueError as error:
-                    raise ConfigError(f"{env_id}: {error} (rollout.num_examples / conversation_per_env)") from None
+            try:
+                turns, first_turn = (start.turns(num_examples), "") if enabled else ([], start.instruction)
+            except ValueError as error:
+                raise ConfigError(f"{env_id}: {error} (rollout.num_examples / conversation_per_env)") from None
+            if opening_ids is not None and max_episode_tokens is not None:
+                length = len(opening_ids(turns, first_turn))
+                if length >= max_episode_tokens:  # every episode would fail before its first observation
+                    raise ConfigError(f"{env_id}: its conversation start alone is {length} tokens, no room in "
+                                      f"rollout.max_episode_tokens {max_episode_tokens} (raise it, or show "
+                                      "fewer examples: rollout.num_examples)")
 
     async def _start(self, env_id: str) -> ConversationStart:
         if env_id not in self._starts:

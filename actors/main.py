@@ -102,10 +102,10 @@ class Actor:
         eval_sampling = replace(sampling, greedy=cfg.rollout.eval_greedy)
         async with make_env_client(self.envhub_url, cfg.actors.env_timeout_s, cfg.actors.env_transport) as env:
             conversation = ConversationStarts(env, cfg.rollout.conversation_for)
-            await conversation.check(cfg.rollout.envs)
             deps = EpisodeDeps(self.actor_id, engine, env, tokenizer, sampling, cfg.rollout.system_prompt,
                                conversation, cfg.actors.env_reconnect_s, cfg.actors.lease_deadline_margin_s,
                                eval_sampling=eval_sampling)
+            await conversation.check(cfg.rollout.envs, deps.tokens.opening_ids, cfg.rollout.max_episode_tokens)
             tasks = [asyncio.create_task(self._lease_loop(dealer, push, deps)),
                      asyncio.create_task(self._stats_loop(push, engine)),
                      asyncio.create_task(self._engine_watch())]

@@ -363,8 +363,9 @@ class HeadServer:
             return False
         ids = concatenated([e.token_ids for e in episodes], "head_token_ids")
         versions = concatenated([e.token_versions for e in episodes], "head_token_versions")
-        return (self.vocab_size is None or np.maximum.reduce(ids) < self.vocab_size) and \
-            np.maximum.reduce(versions) <= self._newest_version
+        # initial=-1: episodes that failed before their opening fitted carry no tokens, and are within it.
+        return (self.vocab_size is None or np.maximum.reduce(ids, initial=-1) < self.vocab_size) and \
+            np.maximum.reduce(versions, initial=-1) <= self._newest_version
 
     def _contradiction(self, episode: Trajectory, lease: TaskLease, model_checked: bool = False) -> str | None:
         """Why this episode cannot answer this lease or train this model (a rejection reason), or

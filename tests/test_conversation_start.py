@@ -13,6 +13,7 @@ import pytest
 from actors.conversation import ConversationStarts
 from actors.engine_api import SamplingParams
 from actors.episode import EpisodeDeps, run_episode
+from actors.transcript_tokens import TranscriptTokens
 from common.config import ConfigError, load_config
 from common.protocol import TaskLease
 from common.tiny_model import load_tiny_tokenizer
@@ -215,6 +216,28 @@ def test_an_actor_asking_an_env_for_more_examples_than_it_has_fails_at_start() -
             await ConversationStarts(env, lambda env_id: (False, 9)).check(["textcraft-v0"])  # off: not shown
             with pytest.raises(ValueError, match="textcraft-v0: this env has 6 worked examples; 7 asked for"):
                 await ConversationStarts(env, lambda env_id: (True, 7)).check(["textcraft-v0"])
+
+    with running_hub(EnvhubConfig(port=0)) as url:
+        asyncio.run(check(url))
+
+
+def test_an_actor_whose_conversation_start_leaves_no_room_in_the_budget_fails_at_start() -> None:
+    # Seen in a user run: TextCraft's instruction and two examples (1.4-2.1k tokens of the tiny
+    # byte-level tokenizer) under max_episode_tokens 512 failed every episode, and the run went on.
+    tokens = TranscriptTokens(load_tiny_tokenizer(), None)
+
+    async def check(url: str) -> None:
+        async with EnvClient(url) as env:
+            start = await env.conversation_start("textcraft-v0")
+            shown, off = (ConversationStarts(env, lambda env_id, on=on: (on, 2)) for on in (True, False))
+            length = len(tokens.opening_ids(start.turns(2), ""))
+            await shown.check(["textcraft-v0"], tokens.opening_ids, length + 1)
+            with pytest.raises(ConfigError, match=f"textcraft-v0: its conversation start alone is {length} "
+                                                  f"tokens, no room in rollout.max_episode_tokens {length}"):
+                await shown.check(["textcraft-v0"], tokens.opening_ids, length)
+            instruction_only = len(tokens.opening_ids([], start.instruction))
+            assert instruction_only < length
+            await off.check(["textcraft-v0"], tokens.opening_ids, instruction_only + 1)  # off: no examples count
 
     with running_hub(EnvhubConfig(port=0)) as url:
         asyncio.run(check(url))

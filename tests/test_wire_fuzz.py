@@ -466,3 +466,27 @@ def test_a_handler_bug_drops_one_message_and_counts_it(monkeypatch):
     finally:
         push.close(linger=0)
         server.stop()
+
+
+def failed_before_its_opening(lease: TaskLease, episode_index: int) -> Trajectory:
+    """What an actor sends when the opening outgrew max_episode_tokens: no tokens, no turns."""
+    empty = {"token_ids": np.zeros(0, np.int32), "loss_mask": np.zeros(0, np.uint8),
+             "behavior_logprobs": np.zeros(0, np.float32), "token_versions": np.zeros(0, np.int32),
+             "turn_spans": np.zeros((0, 2), np.int32), "turn_rewards": np.zeros(0, np.float32),
+             "turn_observations": np.zeros(0, np.uint64), "turn_action_parsed": np.zeros(0, np.uint8),
+             "turn_action_accepted": np.zeros(0, np.uint8)}
+    return dataclasses.replace(make_trajectory_for(lease, episode_index), **empty, status="actor_error",
+                               finish_reason="actor_error", error="ValueError: the opening is 1805 tokens",
+                               reward=0.0, success=False, terminated=False, truncated=False, num_turns=0,
+                               score=None)
+
+
+def test_episodes_that_failed_with_no_tokens_are_taken_together_and_their_group_accounted(head):
+    # Seen in a user run (TextCraft's opening past max_episode_tokens on every episode): two such
+    # episodes drained together were dropped as a decoding error, their lease never answered.
+    lease = open_lease(head)
+    before = head.ledger()
+    head._on_pushes([[protocol.encode(failed_before_its_opening(lease, index))] for index in (0, 1)])
+    after = head.ledger()
+    assert not any(key.startswith("rejected/") and after[key] != before.get(key) for key in after), after
+    assert lease.lease_id not in head._open  # both episodes answered it
