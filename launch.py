@@ -3,7 +3,7 @@
 1. Resolve the config (YAML + flags + ``--section.key value`` overrides) and write it to
    ``<output_dir>/<run_name>/config.yaml``.
 2. Start a fresh Ray cluster on 127.0.0.1, or join a running one (``--ray-address``), compute the
-   placement plan for its nodes (``common/launcher/placement.py``) and create its placement groups.
+   placement plan for its nodes (``launcher/placement.py``) and create its placement groups.
 3. Start the envhub servers, then the learner ranks (rank 0 binds the sockets), then the actors,
    each pointed at the learner and at its envhub server (round-robin).
 4. Print a progress line every few seconds; restart a dead actor or envhub server; when another
@@ -130,13 +130,13 @@ def make_run_dir(cfg: Config, run_dir: Path) -> Path:
 
 def dry_run(cfg: Config, args: argparse.Namespace) -> int:
     """Print the placement plan for ``--cluster``, the ``--ray-address`` cluster or this machine."""
-    from common.launcher.placement import PlacementError, format_plan, local_cluster, parse_cluster, plan_placement
+    from launcher.placement import PlacementError, format_plan, local_cluster, parse_cluster, plan_placement
 
     try:
         if args.cluster:
             cluster = parse_cluster(args.cluster)
         else:
-            from common.launcher import ray_cluster  # imports Ray only when it has to look at a cluster
+            from launcher import ray_cluster  # imports Ray only when it has to look at a cluster
 
             if args.ray_address:
                 cluster = ray_cluster.join(args.ray_address, {})
@@ -146,8 +146,8 @@ def dry_run(cfg: Config, args: argparse.Namespace) -> int:
         print(format_plan(plan))
         if plan.on_gpus and cfg.actors.engine == "vllm":
             from actors.build_engine import vllm_serving_dtype
-            from common.launcher.gpu_memory import actor_gpu_memory
             from common.models import local_model_config
+            from launcher.gpu_memory import actor_gpu_memory
 
             model = local_model_config(cfg.model.name, cfg.model.cache_dir)
             print("  " + actor_gpu_memory(model, cfg, vllm_serving_dtype(cfg, on_gpu=True)))
@@ -161,7 +161,7 @@ def with_warm_model(cfg: Config) -> Config:
     """``model.warm_start``: make (or find in the cache) the warm model and train from its folder."""
     if not cfg.model.warm_start:
         return cfg
-    from common.launcher.warm_start import cached_warm_model  # imports torch: only when a run needs it
+    from launcher.warm_start import cached_warm_model  # imports torch: only when a run needs it
 
     print("warm start: a short supervised pass of the tiny model on random admissible keydoor actions "
           "(once, ~95 s on 2 cores; then cached) ...", flush=True)
@@ -176,8 +176,8 @@ def main(argv: list[str]) -> int:
         return dry_run(cfg, args)
     run_dir = run_dir_of(cfg)
     cfg = with_warm_model(cfg)
-    from common.launcher.placement import PlacementError
-    from common.launcher.supervisor import Supervisor  # imports Ray: keep --help fast
+    from launcher.placement import PlacementError
+    from launcher.supervisor import Supervisor  # imports Ray: keep --help fast
 
     # On a cluster the collectives' interface is the nodes' own business (set it in their environment).
     role_env = {**ROLE_ENV, **({} if args.ray_address else LOCAL_ROLE_ENV)}

@@ -80,7 +80,7 @@ class ModelSection:
     compute in bfloat16, as ``learner.mixed_precision`` (``learner.model.computes_in_bfloat16``)."""
     warm_start: WarmStart = ""
     """``keydoor``: before the run the launcher trains from a warm start of the tiny model (a short
-    supervised pass on random *admissible* keydoor actions, ``common/launcher/warm_start.py``: the format,
+    supervised pass on random *admissible* keydoor actions, ``launcher/warm_start.py``: the format,
     no policy), made once per keydoor options and prompt and cached in ``cache_dir``; empty: none."""
 
     def __post_init__(self) -> None:

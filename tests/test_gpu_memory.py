@@ -7,8 +7,8 @@ import re
 import pytest
 
 from common.config import load_config
-from common.launcher.gpu_memory import actor_gpu_memory
 from common.model_geometry import kv_bytes_per_token, parameter_counts
+from launcher.gpu_memory import actor_gpu_memory
 from tests.gpu.check import SHAPES, VOCAB_SIZE
 from tests.launching import REPO
 from tests.test_placement import dry_run

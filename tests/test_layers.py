@@ -1,5 +1,5 @@
 """The import layers hold: ``common/`` imports no role, role configs are pure dataclass modules that
-``common/config.py`` composes, only the launcher imports ``common.launcher``, actors and learner never
+``common/config.py`` composes, only the launcher imports ``launcher``, actors and learner never
 import each other, envhub imports no other role, the learner reaches envhub only through its HTTP client
 and the actors only through its client surface, and the packages import each other without a cycle
 (docs/architecture.md draws it). Every import counts, those inside functions too."""
@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ROLES = ("actors", "learner", "envhub")
 ROLE_CONFIGS = tuple(f"{role}.config" for role in ROLES)
-LAUNCHER = "common.launcher"
+LAUNCHER = "launcher"
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,7 @@ def test_the_scan_sees_imports_inside_functions_and_names_submodules():
 
 
 def test_common_imports_no_role():
-    exempt = [REPO / "common" / "config.py", *files_under("common/launcher")]
-    files = [p for p in files_under("common") if p not in exempt]
+    files = [p for p in files_under("common") if p != REPO / "common" / "config.py"]
     found = violations(files, lambda module: is_in(module, *ROLES))
     assert not found, "common/ is imported by every role and imports none:\n" + "\n".join(found)
 
@@ -135,11 +134,10 @@ def test_role_config_modules_are_pure_dataclass_modules():
                        "import no role (common/config.py composes it):\n" + "\n".join(found))
 
 
-def test_only_the_launcher_imports_common_launcher():
-    launcher = files_under("common/launcher")
-    files = [p for p in files_under(*ROLES, "common") if p not in launcher]
+def test_no_role_imports_the_launcher():
+    files = files_under(*ROLES, "common")
     found = violations(files, lambda module: is_in(module, LAUNCHER))
-    assert not found, "only launch.py and common/launcher/ import common.launcher:\n" + "\n".join(found)
+    assert not found, "only launch.py and launcher/ import launcher:\n" + "\n".join(found)
 
 
 def test_actors_and_learner_do_not_import_each_other():
@@ -173,8 +171,8 @@ def test_actors_reach_envhub_only_through_its_client_surface():
 
 def package_graph() -> dict[str, set[str]]:
     """Which top-level packages import which, leaving out the composition points the tests above allow
-    (``common/config.py`` and ``common/launcher/`` see every role by design)."""
-    composition = [REPO / "common" / "config.py", *files_under("common/launcher")]
+    (``common/config.py`` sees every role config by design; ``launcher/`` sits above them all)."""
+    composition = [REPO / "common" / "config.py"]
     graph: dict[str, set[str]] = {package: set() for package in (*ROLES, "common")}
     for path in files_under(*ROLES, "common"):
         if path in composition:

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 
 from common.config import load_config
-from common.launcher.placement import PlacementError, local_cluster, parse_cluster, plan_placement
 from common.net import free_port
+from launcher.placement import PlacementError, local_cluster, parse_cluster, plan_placement
 from tests.launching import REPO
 
 

@@ -7,10 +7,10 @@ import re
 import torch
 
 from common.config import RolloutSection
-from common.launcher.warm_start import random_valid_episode, sft_loss, tokenize_episode
 from common.models import load_model, load_tokenizer, resolve_model
 from common.paths import default_cache_dir
 from envhub.envs.keydoor import KeyDoorEnv
+from launcher.warm_start import random_valid_episode, sft_loss, tokenize_episode
 
 
 def reply_loss_after_training(observation_weight: float) -> float:

@@ -35,7 +35,7 @@ if not __package__:  # run as a script, not with -m: import the project from the
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from common.config import load_config
-from common.launcher.warm_start import cached_warm_model
+from launcher.warm_start import cached_warm_model
 from tests.bench.curves import RunCurves, plot_runs, read_run
 
 REPO = Path(__file__).resolve().parents[2]

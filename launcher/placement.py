@@ -2,7 +2,7 @@
 
 ``plan_placement(cluster, cfg)`` touches neither Ray nor the machine. The launcher's
 ``--dry-run`` prints its result; a real launch turns the same plan into Ray placement groups
-(``common/launcher/ray_cluster.py``). The plan has three groups, placed in this order:
+(``launcher/ray_cluster.py``). The plan has three groups, placed in this order:
 
 1. ``learner``: one bundle per rank, ``STRICT_PACK`` (the ranks' collectives stay on one node).
 2. ``actors``: one bundle per actor, ``PACK``; each holds one GPU for the actor's engine.

@@ -1,7 +1,7 @@
 """The launcher's process lifecycle on Ray: place the roles, start them, watch them, fail fast.
 
 Ray is a fresh local cluster, or a running one (``ray_address``). The placement plan
-(``common/launcher/placement.py``) is computed for its nodes and realised as placement groups;
+(``launcher/placement.py``) is computed for its nodes and realised as placement groups;
 every role runs in its own Ray worker, in its plan bundle, through ``RoleHost`` and logs to
 ``<run>/logs/<role>-<i>.log``. A dead actor or envhub server is restarted in the same bundle (up to
 ``actors.max_restarts`` / ``envhub.max_restarts``), unless it died of a ``ConfigError`` (it would
@@ -22,11 +22,11 @@ from typing import Any
 import ray
 
 from common.config import Config, ConfigError
-from common.launcher import ray_cluster
-from common.launcher.placement import PlacementPlan, format_plan, local_cluster, plan_placement
-from common.launcher.roles import RoleHost
 from common.net import free_port
 from common.run_folder import latest_complete
+from launcher import ray_cluster
+from launcher.placement import PlacementPlan, format_plan, local_cluster, plan_placement
+from launcher.roles import RoleHost
 
 LOG_TAIL_LINES = 25
 

@@ -18,7 +18,7 @@ the warm model plays like a random valid agent and has no policy to speak of. Th
 The keydoor options (rooms per task) and the system prompt come from the RL run's config, so
 the warm model reads the observations and prompt it will meet.
 
-    python -m common.launcher.warm_start --out /tmp/keydoor-warm --observation-weight 0.5   # the default job's
+    python -m launcher.warm_start --out /tmp/keydoor-warm --observation-weight 0.5   # the default job's
     python launch.py --model.name /tmp/keydoor-warm --model.warm_start ""
 
 (``python launch.py`` does both: ``model.warm_start: keydoor`` in configs/default.yaml makes the warm

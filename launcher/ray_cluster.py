@@ -1,6 +1,6 @@
 """The Ray side of placement: start or join a cluster, describe it, and realise a plan.
 
-``common/launcher/placement.py`` decides where every process goes without Ray; this module
+``launcher/placement.py`` decides where every process goes without Ray; this module
 connects to Ray (a fresh local cluster, or one started with ``ray start --head`` / ``ray start
 --address``), reads the nodes the plan is computed for, creates one placement group per plan group
 and hands each role the scheduling options of its bundle.
@@ -18,7 +18,7 @@ import ray
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from common.launcher.placement import Cluster, GroupPlan, Node, PlacementError, PlacementPlan
+from launcher.placement import Cluster, GroupPlan, Node, PlacementError, PlacementPlan
 
 
 def gpus_here() -> int:
