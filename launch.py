@@ -8,7 +8,7 @@
    each pointed at the learner and at its envhub server (round-robin).
 4. Print a progress line every few seconds; restart a dead actor or envhub server; when another
    role dies, stop everything and print which role, its log path and the last lines of its log;
-   Ctrl-C shuts everything down cleanly.
+   Ctrl-C or SIGTERM: the learner saves a checkpoint, then everything shuts down.
 
     python launch.py                                   # the default CPU job
     python launch.py --config configs/smoke.yaml       # 90-second smoke run

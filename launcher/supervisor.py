@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -101,15 +102,17 @@ class Supervisor:
         return self._get(role.handle.call.remote(method, *args), role, method, timeout_s)
 
     def run(self) -> int:
+        stopped_by = _stop_on_signals()
         try:
             summary = self._start_and_watch()
         except RoleFailed as failure:
             self._report_failure(failure)
             return 1
         except KeyboardInterrupt:
-            print("\ninterrupted: asking the learner to save and stop (Ctrl-C again to kill)", flush=True)
+            name = signal.Signals(stopped_by[-1]).name if stopped_by else "SIGINT"
+            print(f"\ninterrupted ({name}): asking the learner to save and stop (again to kill)", flush=True)
             self._stop_gracefully()
-            return 130
+            return 128 + (stopped_by[-1] if stopped_by else signal.SIGINT)
         _print_summary(summary, self.run_dir)
         return 0
 
@@ -303,6 +306,22 @@ class Supervisor:
         if failure.role.name.startswith("learner") and checkpoint is not None:
             print(f"latest checkpoint: {checkpoint}\nresume with: python launch.py --output-dir "
                   f"{self.run_dir.parent} --run-name {self.run_dir.name} --resume [same flags]", flush=True)
+
+
+def _stop_on_signals() -> list[int]:
+    """Ctrl-C and a plain ``kill`` both stop the run the graceful way (the learner saves, then
+    everything shuts down); returns the list the handler appends each signal to. SIGINT is set
+    explicitly because a shell starts a background job (``nohup python launch.py &``) with SIGINT
+    ignored and Python keeps it so: ``kill -INT`` would then do nothing at all."""
+    received: list[int] = []
+
+    def interrupt(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, interrupt)
+    return received
 
 
 def _is_config_error(exc: BaseException) -> bool:
