@@ -101,13 +101,22 @@ def _gettable(tree: AgentGymTree, name: str) -> bool:
 
 def _play_agentgym(tree: AgentGymTree, goal: str, recipe: TreeRecipe,
                    commands: list[str]) -> tuple[tuple[str, str], ...]:
+    """A won episode that opens with the craft the game refuses (no ingredients yet) and recovers:
+    get what the command uses, then craft. Shown examples that got first, SmolLM2 still crafted
+    first (93 of 102 training episodes, 25 of 25 greedy held-out ones) and never learned what to do
+    next; the mistake it makes is the one an example had better show the way out of (shown three of
+    these, it gets after the refusal: 2 of 100 sampled held-out episodes won, 0 of 50 before)."""
     game, turns = AgentGymGame(tree, goal), []
     observation = first_observation(commands, goal)
-    for part in recipe.inputs:
-        name = display(part.name)
-        action = f"get {part.count} {name}"
-        turns.append((observation, _reply(f"I need {part.count} {name} for the {display(goal)}. "
-                                          "I will get it first.", action)))
+    turns.append((observation, _reply(f"I can craft the {display(goal)} with this command.", recipe.command())))
+    observation = game.step(recipe.command()).observation
+    uses = ", ".join(f"{part.count} {display(part.name)}" for part in recipe.inputs)
+    for k, part in enumerate(recipe.inputs):
+        action = f"get {part.count} {display(part.name)}"
+        thought = (f"The command uses {uses}, and I do not have them. I will get {part.count} "
+                   f"{display(part.name)} first." if k == 0 else
+                   f"I need {part.count} {display(part.name)} for the {display(goal)}. I will get it first.")
+        turns.append((observation, _reply(thought, action)))
         observation = game.step(action).observation
     turns.append((observation, _reply("I have the ingredients now, so I can craft the goal.", recipe.command())))
     if not game.step(recipe.command()).done:
