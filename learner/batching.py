@@ -22,17 +22,14 @@ an outcome reward sits on the last fresh token.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from common.protocol import Trajectory
+from learner.group import Group
 from learner.shaping import format_shaped_rewards
 from learner.turns import BatchTurns, batch_turns
-
-if TYPE_CHECKING:  # the head imports zmq: a train step (tests/gpu/check.py) runs without it
-    from learner.head import Group
 
 
 @dataclass

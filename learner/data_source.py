@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from learner.head import Group
+from learner.group import Group
 
 
 class DataSource(Protocol):

@@ -18,7 +18,7 @@ from typing import Protocol
 from common.metrics import MetricsWriter
 from learner.config import LearnerConfig
 from learner.evaluation import EvalLeaseIssuer, EvalRounds
-from learner.head import Group
+from learner.group import Group
 
 log = logging.getLogger("learner")
 

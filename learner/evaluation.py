@@ -35,7 +35,7 @@ import numpy as np
 
 from common.config import Config
 from common.protocol import Trajectory
-from learner.head import Group
+from learner.group import Group
 from learner.rollout_metrics import episode_summary
 from learner.task_lists import TaskListRefused
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from common.protocol import Trajectory
 from learner.batching import split_stale, stale_token_count
 from learner.data_source import DataSource
-from learner.head import Group
+from learner.group import Group
 
 log = logging.getLogger("learner")
 

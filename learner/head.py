@@ -24,7 +24,6 @@ import queue
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from common.protocol import ActorStats, GroupJoin, LeaseRequest, TaskLease, Traj
 from common.recording import Recorder
 from common.transport import Inbox, bind_random, channel_guard, configure
 from common.wire_checks import concatenated, sampled_mask
+from learner.group import Group
 from learner.sampler import LedgerError, TaskSampler
 from learner.service_metrics import actor_scalars
 
@@ -46,15 +46,6 @@ _MAX_REQUEST_BYTES = 1 << 16
 _PUSH_BATCH = 64
 """Pushed messages decoded together, and handled between two wake-ups of a consumer waiting for
 groups (``_wake_consumers``)."""
-
-
-@dataclass
-class Group:
-    """All episodes of one completed lease (one GRPO group)."""
-
-    lease: TaskLease
-    episodes: list[Trajectory] = field(default_factory=list)
-    completed_at: float = 0.0
 
 
 class HeadServer:

@@ -51,8 +51,9 @@ from learner.data_source import DataSource
 from learner.distributed import Command, broadcast_batch, broadcast_command
 from learner.eval_scheduler import EvalScheduler
 from learner.evaluation import EvalRounds, build_eval_rounds
+from learner.group import Group
 from learner.group_collector import GroupCollector
-from learner.head import Group, HeadServer
+from learner.head import HeadServer
 from learner.horizon import build_horizon
 from learner.model import init_process_group, use_deterministic_algorithms
 from learner.policy import ShardedPolicy

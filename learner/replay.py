@@ -15,7 +15,7 @@ from pathlib import Path
 
 from common.protocol import ProtocolError, TaskLease, Trajectory
 from common.recording import read_messages
-from learner.head import Group
+from learner.group import Group
 
 
 def recorded_groups(path: Path) -> Iterator[Group]:

@@ -15,7 +15,8 @@ from common.recording import Recorder
 from envhub.registry import task_ids
 from learner.batching import collate
 from learner.evaluation import EvalRounds, build_eval_rounds, eval_scalars, eval_task_subset, held_out_tasks
-from learner.head import Group, HeadServer
+from learner.group import Group
+from learner.head import HeadServer
 from learner.replay import recorded_groups
 from learner.sampler import TaskSampler
 

@@ -13,7 +13,7 @@ from common.config import ConfigError, load_config
 from common.protocol import Trajectory, decode, encode
 from learner.advantages import grpo_advantages
 from learner.batching import collate
-from learner.head import Group
+from learner.group import Group
 from learner.rollout_metrics import rollout_scalars
 from learner.shaping import format_shaped_rewards
 from tests.test_protocol import make_trajectory

@@ -9,8 +9,8 @@ import torch
 
 from common.protocol import Trajectory
 from learner.batching import collate, split_stale
+from learner.group import Group
 from learner.group_collector import GroupCollector
-from learner.head import Group
 
 VERSION, MAX_LAG = 5, 2  # tokens of version 3 or newer are fresh
 

@@ -29,7 +29,7 @@ from envhub.config import EnvhubConfig
 from envhub.ui.runs import RunCatalog
 from learner.advantages import grpo_advantages, sequence_to_token_advantages
 from learner.batching import collate
-from learner.head import Group
+from learner.group import Group
 from learner.trained_log import TrainedLog
 from tests.servers import running_hub
 

@@ -39,7 +39,8 @@ from common.protocol import (
     WeightsAnnounce,
 )
 from learner.batching import collate, policy_lag
-from learner.head import Group, HeadFailed, HeadServer
+from learner.group import Group
+from learner.head import HeadFailed, HeadServer
 from learner.rollout_metrics import rollout_scalars
 from learner.sampler import TaskSampler
 from tests.test_protocol import make_trajectory

@@ -46,7 +46,8 @@ import zmq
 from common import protocol, wire_checks
 from common.protocol import ActorStats, TaskLease, Trajectory
 from common.transport import bind_random, configure
-from learner.head import Group, HeadServer
+from learner.group import Group
+from learner.head import HeadServer
 from learner.sampler import TaskSampler
 from tests.bench.run_all import write_json
 
