@@ -44,7 +44,7 @@ for _key, _value in ROLE_ENV.items():
     os.environ.setdefault(_key, _value)
 
 from common.config import Config, ConfigError, load_config, write_resolved  # noqa: E402
-from learner.config import HorizonConfig  # noqa: E402
+from common.config.learner import HorizonConfig  # noqa: E402
 
 
 def evaluate_overrides(model: str) -> list[str]:

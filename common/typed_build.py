@@ -1,5 +1,5 @@
 """Plain data into frozen dataclasses, checked against their type hints: one validator for the run
-config (``common/config.py``) and the wire protocol (``common/protocol.py``).
+config (``common/config/``) and the wire protocol (``common/protocol.py``).
 
 ``build(cls, data, where, dialect)`` rejects unknown and missing keys, checks every value against
 its field's hint (``str``, ``int``, ``float``, ``bool``, ``Any``, ``Literal[...]``, ``list[X]``,

@@ -6,7 +6,7 @@
     python -m envhub check --dialect agentgym [ENV_ID ...] [--config FILE] [overrides]
     python -m envhub tasks ENV_ID [--config FILE] [overrides]
 
-Overrides use the run config's one grammar (common/config.py), e.g. env options:
+Overrides use the run config's one grammar (common/config/), e.g. env options:
 ``--envhub.env_options '{textcraft-v0: {recipes_dir: /data/recipes}}'``.
 ``check`` runs the conformance checker (envhub/conformance.py) in this process, on the env
 itself or, with ``--http``, through an envhub server started on a loopback port (which also

@@ -23,7 +23,7 @@ import uvicorn
 import uvloop
 
 from common.config import ConfigError, load_config
-from envhub.config import EnvhubConfig
+from common.config.envhub import EnvhubConfig
 from envhub.envs.agentgym import register_configured_servers
 from envhub.server import create_app
 

@@ -43,12 +43,12 @@ from fastapi.exception_handlers import request_validation_exception_handler
 from fastapi.exceptions import RequestValidationError
 
 from common.auth import require_token_for
+from common.config.envhub import EnvhubConfig
 from envhub import registry
 from envhub.auth import TokenMiddleware
 from envhub.base import Environment, StepContractError, StepResult
 from envhub.channel import start_channel
 from envhub.channel_frames import PROTOCOL_VERSION
-from envhub.config import EnvhubConfig
 from envhub.deadline import DeadlinePassed, within_deadline
 from envhub.errors import EnvhubError, InternalErrorMiddleware, route_responses
 from envhub.hot_path import SessionHotPath

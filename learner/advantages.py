@@ -55,7 +55,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from learner.config import GaeSettings, GigpoSettings, GrpoSettings, ReinforcePpSettings
+from common.config.learner import GaeSettings, GigpoSettings, GrpoSettings, ReinforcePpSettings
 from learner.losses import masked_mean
 
 if typing.TYPE_CHECKING:

@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Protocol
 
+from common.config.learner import LearnerConfig
 from common.metrics import MetricsWriter
-from learner.config import LearnerConfig
 from learner.evaluation import EvalLeaseIssuer, EvalRounds
 from learner.group import Group
 

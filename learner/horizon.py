@@ -36,7 +36,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from typing import Any, get_args
 
-from learner.config import HorizonConfig, HorizonKind
+from common.config.learner import HorizonConfig, HorizonKind
 
 KINDS = get_args(HorizonKind)
 
@@ -179,7 +179,7 @@ class AdaptiveHorizon(HorizonSchedule):
     The window restarts at each raise, so a stage lasts at least ``plateau_window`` observed
     steps. Episodes in flight at a raise still ran under the old cap: ``min_stage_steps`` of at
     least ``plateau_window + max_policy_lag`` keeps them out of the next decision (the run's
-    config refuses less, ``common/config.py``).
+    config refuses less, ``common/config/``).
     """
 
     kind = "adaptive"

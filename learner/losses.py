@@ -38,7 +38,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from learner.config import KlEstimator, LossAggregation
+from common.config.learner import KlEstimator, LossAggregation
 
 
 def _shift_to_tokens(per_position: torch.Tensor) -> torch.Tensor:

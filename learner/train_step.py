@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from common.config.learner import LearnerConfig
 from learner.advantages import (
     ADVANTAGE_ESTIMATORS,
     AdvantageInputs,
@@ -51,7 +52,6 @@ from learner.advantages import (
     turn_token_rewards,
 )
 from learner.batching import Batch, round_up
-from learner.config import LearnerConfig
 from learner.critic import Critic
 from learner.distributed import deal_by_tokens, world
 from learner.logprobs import sequence_logprobs

@@ -4,8 +4,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from common.config.envhub import EnvhubConfig
 from envhub import registry
-from envhub.config import EnvhubConfig
 from envhub.main import EnvhubServer
 
 

@@ -17,10 +17,10 @@ from actors.cpu_engine import CpuEngine
 from actors.engine_api import SamplingParams
 from actors.episode import EpisodeDeps, reported_score, run_episode
 from common import protocol
+from common.config.envhub import EnvhubConfig
 from common.protocol import TaskLease, Trajectory
 from common.tiny_model import load_tiny_tokenizer, tiny_qwen2_config
 from envhub.client import EnvClient
-from envhub.config import EnvhubConfig
 from tests.servers import running_hub
 
 ENV_ID = "keydoor-v0"

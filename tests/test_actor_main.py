@@ -15,10 +15,10 @@ from actors.cpu_engine import CpuEngine
 from actors.health import EngineDead, EngineHealth
 from actors.main import Actor
 from common.config import load_config
+from common.config.envhub import EnvhubConfig
 from common.tiny_model import build_tiny_model, load_tiny_tokenizer, tiny_qwen2_config
 from common.transport import bind_random, configure
 from common.weight_sync import WeightBroadcaster
-from envhub.config import EnvhubConfig
 from learner.head import HeadServer
 from learner.sampler import TaskSampler
 from tests.servers import running_hub

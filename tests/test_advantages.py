@@ -6,6 +6,7 @@ import typing
 import pytest
 import torch
 
+from common.config.learner import ESTIMATOR_SETTINGS, Advantage, GigpoSettings, GrpoSettings
 from learner.advantages import (
     ADVANTAGE_ESTIMATORS,
     AdvantageInputs,
@@ -24,7 +25,6 @@ from learner.advantages import (
     turn_token_rewards,
     whiten,
 )
-from learner.config import ESTIMATOR_SETTINGS, Advantage, GigpoSettings, GrpoSettings
 from learner.turns import BatchTurns
 
 # Row 0: prompt(2) turn1(2) obs(2) turn2(2) final-obs(1). Row 1: single turn then padding.

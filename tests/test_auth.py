@@ -9,8 +9,8 @@ import zmq
 
 from common import transport
 from common.auth import TOKEN_ENV, AuthError, ChannelGuard
+from common.config.envhub import EnvhubConfig
 from envhub.client import EnvClient, EnvClientError
-from envhub.config import EnvhubConfig
 from envhub.server import create_app
 from tests.servers import running_hub
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from common.config import Config
-from learner.config import AlgorithmConfig, LearnerConfig
+from common.config.learner import AlgorithmConfig, LearnerConfig
 from learner.policy import ShardedPolicy
 from tests.test_train_step import make_batch, snapshot
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from actors.config import ENGINE_ONLY_KNOBS
 from common.config import Config, ConfigError, field_docs, load_config, write_resolved
-from learner.config import ESTIMATOR_SETTINGS, AlgorithmConfig, GaeSettings
+from common.config.actors import ENGINE_ONLY_KNOBS
+from common.config.learner import ESTIMATOR_SETTINGS, AlgorithmConfig, GaeSettings
 
 REPO = Path(__file__).resolve().parents[1]
 

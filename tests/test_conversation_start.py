@@ -15,13 +15,13 @@ from actors.engine_api import SamplingParams
 from actors.episode import EpisodeDeps, run_episode
 from actors.transcript_tokens import TranscriptTokens
 from common.config import ConfigError, load_config
+from common.config.envhub import EnvhubConfig
 from common.protocol import TaskLease
 from common.tiny_model import load_tiny_tokenizer
 from envhub import registry
 from envhub.actions import MalformedAction, extract_action
 from envhub.base import ACKNOWLEDGEMENT, ConversationStart
 from envhub.client import EnvClient, EnvClientError
-from envhub.config import EnvhubConfig
 from envhub.envs.babyai import BabyAIEnv
 from envhub.envs.babyai.commands import Invalid
 from envhub.envs.babyai.commands import parse_command as parse_babyai

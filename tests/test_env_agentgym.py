@@ -17,9 +17,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from common.config.envhub import EnvhubConfig
 from envhub import registry
 from envhub.client import EnvClient, EnvClientError
-from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
 from envhub.envs.agentgym import AgentGymEnv, AgentGymServerError, register_configured_servers
 from envhub.envs.agentgym_protocol.answers import custom_observation

@@ -14,10 +14,10 @@ import re
 
 import pytest
 
+from common.config.envhub import EnvhubConfig
 from envhub import registry
 from envhub.base import StepResult
 from envhub.client import EnvClient, EnvClientError
-from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
 from envhub.envs.babyai import BabyAIEnv
 from envhub.envs.babyai.agentgym_levels import AGENTGYM_LEVEL_IDS, agentgym_level_and_seed

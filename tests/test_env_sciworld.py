@@ -19,9 +19,9 @@ from typing import Any, Iterator
 import pytest
 from scienceworld.constants import ID2TASK
 
+from common.config.envhub import EnvhubConfig
 from envhub import registry
 from envhub.client import EnvClient, EnvClientError
-from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
 from envhub.envs.sciworld import jvm_pool, task_index
 from envhub.envs.sciworld.env import SciWorldEnv, SciWorldOptions

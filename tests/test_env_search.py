@@ -15,9 +15,9 @@ from typing import Any, Iterator
 
 import pytest
 
+from common.config.envhub import EnvhubConfig
 from envhub import registry
 from envhub.client import EnvClient
-from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
 from envhub.envs.search import agentgym_dialect as agentgym
 from envhub.envs.search import wiki_offline

@@ -17,10 +17,10 @@ from typing import Iterator
 
 import pytest
 
+from common.config.envhub import EnvhubConfig
 from envhub import registry
 from envhub.base import StepResult
 from envhub.client import EnvClient
-from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
 from envhub.envs.textcraft.agentgym_tree import goal_items
 from envhub.envs.textcraft.catalog import Catalog, load_catalog

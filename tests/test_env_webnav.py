@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from common.config.envhub import EnvhubConfig
 from envhub import registry
 from envhub.base import StepResult
 from envhub.channel_client import make_env_client
 from envhub.client import EnvClient
-from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
 from envhub.envs.webnav.actions import BadAction, WebAction, parse_action, parse_reply
 from envhub.envs.webnav.env import WebNavEnv

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from actors.episode import _env_failure_status
+from common.config.envhub import EnvhubConfig
 from envhub.client import EnvClient, EnvClientError
-from envhub.config import EnvhubConfig
 from envhub.envs.webnav.browser import PoolSettings, browser_thread
 from envhub.envs.webnav.options import WebNavOptions
 from envhub.envs.webnav.scripted import ScriptedPolicy

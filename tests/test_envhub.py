@@ -13,10 +13,10 @@ from typing import Any, Iterator
 
 import pytest
 
+from common.config.envhub import EnvhubConfig
 from envhub import registry
 from envhub.base import Environment, StepContractError, StepResult
 from envhub.client import EnvClient, EnvClientError
-from envhub.config import EnvhubConfig
 from envhub.conformance import ConformanceError, check_env
 from envhub.envs.keydoor import KeyDoorEnv
 from envhub.main import parse_config

@@ -12,9 +12,9 @@ from typing import Any, Iterator
 
 import pytest
 
+from common.config.envhub import EnvhubConfig
 from envhub.base import Environment, StepResult
 from envhub.client import EnvClient, EnvClientError
-from envhub.config import EnvhubConfig
 from envhub.main import EnvhubServer
 from tests.servers import registered_envs
 

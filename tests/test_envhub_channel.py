@@ -19,11 +19,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.auth import TOKEN_ENV
+from common.config.envhub import EnvhubConfig
 from envhub.base import Environment, StepResult
 from envhub.channel_client import ChannelEnvClient, make_env_client
 from envhub.channel_frames import FLUSH_FRAMES, HEADER, MAX_FRAME_BYTES, PROTOCOL_VERSION, FrameReader, frame
 from envhub.client import EnvClient, EnvClientError
-from envhub.config import EnvhubConfig
 from envhub.conformance import check_env
 from tests.servers import registered_envs, running_hub
 

@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from common.auth import TOKEN_ENV
+from common.config.envhub import EnvhubConfig
 from envhub import registry
 from envhub.base import ConversationStart, Environment, StepResult
-from envhub.config import EnvhubConfig
 from envhub.errors import ANY_ROUTE, ERRORS, MEANING_SEPARATOR, ROUTE_ERRORS
 from envhub.options import OptionsError
 from tests.servers import registered_envs, running_hub

@@ -11,7 +11,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from envhub.config import EnvhubConfig
+from common.config.envhub import EnvhubConfig
 from tests.servers import running_hub
 
 LEAN, FASTAPI = "application/json", "application/vnd.test+json"

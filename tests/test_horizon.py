@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from common.config import ConfigError, load_config
-from learner.config import HorizonConfig
+from common.config.learner import HorizonConfig
 from learner.horizon import (
     AdaptiveHorizon,
     FixedHorizon,

@@ -1,5 +1,5 @@
-"""The import layers hold: ``common/`` imports no role, role configs are pure dataclass modules that
-``common/config.py`` composes, only the launcher imports ``launcher``, actors and learner never
+"""The import layers hold: ``common/`` imports no role, the role configs (``common/config/``) are pure
+dataclass modules, only the launcher imports ``launcher``, actors and learner never
 import each other, envhub imports no other role, the learner reaches envhub only through its HTTP client
 and the actors only through its client surface, and the packages import each other without a cycle
 (docs/architecture.md draws it). Every import counts, those inside functions too."""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ROLES = ("actors", "learner", "envhub")
-ROLE_CONFIGS = tuple(f"{role}.config" for role in ROLES)
+ROLE_CONFIGS = tuple(f"common.config.{role}" for role in ROLES)
 LAUNCHER = "launcher"
 
 
@@ -110,16 +110,9 @@ def test_the_scan_sees_imports_inside_functions_and_names_submodules():
 
 
 def test_common_imports_no_role():
-    files = [p for p in files_under("common") if p != REPO / "common" / "config.py"]
-    found = violations(files, lambda module: is_in(module, *ROLES))
+    # The role configs live in common/config/ for this: loading the run config loads no role's code.
+    found = violations(files_under("common"), lambda module: is_in(module, *ROLES))
     assert not found, "common/ is imported by every role and imports none:\n" + "\n".join(found)
-
-
-def test_common_config_composes_only_the_role_config_modules():
-    found = violations([REPO / "common" / "config.py"],
-                       lambda module: is_in(module, *ROLES) and module not in ROLE_CONFIGS)
-    assert not found, ("common/config.py may import a role only through its config module "
-                       f"({', '.join(ROLE_CONFIGS)}):\n" + "\n".join(found))
 
 
 def test_role_config_modules_are_pure_dataclass_modules():
@@ -131,7 +124,7 @@ def test_role_config_modules_are_pure_dataclass_modules():
 
     found = violations([file_of(m) for m in ROLE_CONFIGS], impure)
     assert not found, ("a role config module imports only the standard library and common modules that "
-                       "import no role (common/config.py composes it):\n" + "\n".join(found))
+                       "import no role (common/config/__init__.py composes them):\n" + "\n".join(found))
 
 
 def test_no_role_imports_the_launcher():
@@ -170,13 +163,9 @@ def test_actors_reach_envhub_only_through_its_client_surface():
 
 
 def package_graph() -> dict[str, set[str]]:
-    """Which top-level packages import which, leaving out the composition points the tests above allow
-    (``common/config.py`` sees every role config by design; ``launcher/`` sits above them all)."""
-    composition = [REPO / "common" / "config.py"]
+    """Which top-level packages import which (``launcher/`` sits above them all)."""
     graph: dict[str, set[str]] = {package: set() for package in (*ROLES, "common")}
     for path in files_under(*ROLES, "common"):
-        if path in composition:
-            continue
         source = module_of(path).split(".")[0]
         graph[source] |= {imp.module.split(".")[0] for imp in imports_of_file(path)} & set(graph) - {source}
     return graph

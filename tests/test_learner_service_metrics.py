@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from envhub.config import EnvhubConfig
+from common.config.envhub import EnvhubConfig
 from learner.service_metrics import EnvhubStats, envhub_scalars
 from tests.servers import running_hub
 

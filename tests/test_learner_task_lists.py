@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from common.config import load_config
+from common.config.envhub import EnvhubConfig
 from common.net import free_port
 from envhub import registry
-from envhub.config import EnvhubConfig
 from learner.evaluation import build_eval_rounds
 from learner.task_lists import EnvhubUnreachable, TaskListRefused, fetch_task_lists, task_ids_of
 from tests.servers import running_hub

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from learner.config import KlEstimator, LossAggregation
+from common.config.learner import KlEstimator, LossAggregation
 from learner.losses import (
     AGGREGATIONS,
     KL_ESTIMATES,

@@ -14,9 +14,9 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 from torch.distributed.fsdp import FSDPModule
 
+from common.config.learner import ESTIMATOR_SETTINGS, AlgorithmConfig, GaeSettings, LearnerConfig
 from common.net import free_port
 from learner.batching import Batch
-from learner.config import ESTIMATOR_SETTINGS, AlgorithmConfig, GaeSettings, LearnerConfig
 from learner.distributed import deal_by_tokens
 from learner.losses import token_logprobs
 from learner.model import full_parameters, init_process_group, load_sharded_model

@@ -21,11 +21,11 @@ import pytest
 from common import protocol
 from common.chat import ChatTokenBuffer
 from common.config import load_config, write_resolved
+from common.config.envhub import EnvhubConfig
 from common.models import default_cache_dir, load_tokenizer, resolve_model
 from common.protocol import TaskLease, TrainedSample, Trajectory
 from common.recording import Recorder, read_messages
 from envhub import registry
-from envhub.config import EnvhubConfig
 from envhub.ui.runs import RunCatalog
 from learner.advantages import grpo_advantages, sequence_to_token_advantages
 from learner.batching import collate

@@ -62,6 +62,7 @@ from actors.engine_api import Generation, SamplingParams
 from actors.episode import EpisodeDeps, run_episode
 from actors.transcript_tokens import TranscriptTokens
 from common.chat import encode_observation_delta, observation_delta
+from common.config.learner import LearnerConfig
 from common.models import load_model, load_tokenizer, resolve_model
 from common.paths import default_cache_dir
 from common.protocol import TaskLease
@@ -70,7 +71,6 @@ from envhub import registry
 from envhub.base import ConversationStart, Environment, StepResult
 from envhub.channel_client import make_env_client
 from envhub.client import EnvClient, SessionHandle
-from learner.config import LearnerConfig
 from tests.bench.envhub_bench import REPO, cores, start_server
 from tests.bench.run_all import write_json
 

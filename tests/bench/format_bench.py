@@ -31,10 +31,10 @@ import torch
 from actors.conversation import ConversationStarts
 from common.chat import ChatTokenBuffer
 from common.config import RolloutSection
+from common.config.envhub import EnvhubConfig
 from common.models import default_cache_dir, load_model, load_tokenizer, resolve_model
 from envhub import registry
 from envhub.client import EnvClient
-from envhub.config import EnvhubConfig
 from tests.bench.run_all import write_json
 from tests.servers import running_hub
 

@@ -98,8 +98,8 @@ def measure_point(model_dir: str, tokens: int, vocab: int, chunk_tokens: int) ->
     import torch.distributed as dist
     from transformers.utils import logging as transformers_logging
 
+    from common.config.learner import LearnerConfig
     from common.net import free_port
-    from learner.config import LearnerConfig
     from learner.model import init_process_group
     from learner.train_step import Trainer
 

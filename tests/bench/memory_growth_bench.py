@@ -154,8 +154,8 @@ def bf16_linear_growth(calls: int = 1200) -> dict:
     those rounded up to a multiple of ``learner.width_multiple``'s default, as the learner pads them."""
     import torch
 
+    from common.config.learner import LearnerConfig
     from learner.batching import round_up
-    from learner.config import LearnerConfig
 
     torch.set_num_threads(2)
     weight = torch.randn(1536, 576, dtype=torch.bfloat16)

@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 import yaml
 
-from actors.config import ActorsConfig
 from common import typed_build
-from envhub.config import EnvhubConfig
-from learner.config import ESTIMATOR_SETTINGS, LearnerConfig
+from common.config.actors import ActorsConfig
+from common.config.envhub import EnvhubConfig
+from common.config.learner import ESTIMATOR_SETTINGS, LearnerConfig
 
 
 class ConfigError(ValueError):
