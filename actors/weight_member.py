@@ -11,13 +11,12 @@ The control thread (``actors/weights.py``) only joins, leaves and receives throu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
+
+import torch
 
 from common.protocol import WeightsAnnounce
 from common.weight_sync import WeightReceiver
-
-if TYPE_CHECKING:  # the CPU engine imports this module
-    from actors.cpu_engine import CpuEngine
 
 
 class WeightGroupMember(Protocol):
@@ -38,10 +37,22 @@ class WeightGroupMember(Protocol):
         out of the group) on any failure."""
 
 
+class StagingEngine(Protocol):
+    """What ``HostReceivedWeights`` needs of its engine (the CPU engine), named here so that this
+    module, which that engine imports, does not import it back."""
+
+    @property
+    def version(self) -> int:
+        """The policy version it serves."""
+
+    def stage_weights(self, state: dict[str, torch.Tensor], version: int) -> bool:
+        """Copy ``state`` in at the next safe point; False for a version not newer than its own."""
+
+
 class HostReceivedWeights:
     """The actor process receives each version whole and stages it in the engine."""
 
-    def __init__(self, engine: CpuEngine, address: str, timeout_s: float, device: str):
+    def __init__(self, engine: StagingEngine, address: str, timeout_s: float, device: str):
         self._engine = engine
         self._receiver = WeightReceiver(address, timeout_s, device)
         self._last_staged: int | None = None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import threading
 import time
 from typing import Any, Callable
@@ -24,19 +23,11 @@ import uvloop
 
 from common.config import ConfigError, load_config
 from common.config.envhub import EnvhubConfig
+from common.net import bind_socket
 from envhub.envs.agentgym import register_configured_servers
 from envhub.server import create_app
 
 ReadyCallback = Callable[[int], None]
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to (host, port); port 0 picks a free one."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    return sock
 
 
 class EnvhubServer:

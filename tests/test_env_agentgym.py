@@ -18,6 +18,7 @@ import pytest
 from fastapi import FastAPI
 
 from common.config.envhub import EnvhubConfig
+from common.net import bind_socket
 from envhub import registry
 from envhub.client import EnvClient, EnvClientError
 from envhub.conformance import check_env
@@ -26,7 +27,6 @@ from envhub.envs.agentgym_protocol.answers import custom_observation
 from envhub.envs.agentgym_protocol.families import FAMILIES
 from envhub.envs.agentgym_protocol.remote import AgentGymHttp
 from envhub.envs.agentgym_protocol.replies import NO_BACKTICKS, ONE_ACTION_ONLY, action_from_reply
-from envhub.main import bind_socket
 from tests.agentgym_standins import StandinState, serving
 from tests.agentgym_standins.alfworld import alfworld_app
 from tests.agentgym_standins.babyai import WIN_REWARD, babyai_app

@@ -1,8 +1,8 @@
 """The import layers hold: ``common/`` imports no role, the role configs (``common/config/``) are pure
 dataclass modules, only the launcher imports ``launcher``, actors and learner never
 import each other, envhub imports no other role, the learner reaches envhub only through its HTTP client
-and the actors only through its client surface, and the packages import each other without a cycle
-(docs/architecture.md draws it). Every import counts, those inside functions too."""
+and the actors only through its client surface, and neither the packages nor the modules import each other around a
+cycle (docs/architecture.md draws it). Every import counts, those inside functions too."""
 
 import ast
 import sys
@@ -179,3 +179,40 @@ def test_the_packages_import_each_other_without_a_cycle():
         order += leaves
         graph = {package: targets for package, targets in graph.items() if package not in leaves}
     assert order.index("common") < order.index("envhub") < min(order.index("actors"), order.index("learner"))
+
+
+def module_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import loop of ``graph`` (module -> modules it imports), as the modules around it; None if none."""
+    state: dict[str, str] = {}  # "open" while on the path, "done" once every import was followed
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = "open"
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                return path[path.index(target):] + [target]
+            if target not in state and (loop := visit(target)):
+                return loop
+        state[module] = "done"
+        path.pop()
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (loop := visit(module)):
+            return loop
+    return None
+
+
+def test_the_scan_finds_a_module_cycle():
+    assert module_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert module_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_no_module_imports_itself_back():
+    # A loop makes import order matter (the first module imported sees the other half-built) and
+    # hides which of the two is the lower layer; type-only imports count, they are the same coupling.
+    files = {module_of(p): p for p in files_under(*ROLES, "common", LAUNCHER)}
+    graph = {m: {i.module for i in imports_of_file(p)} & set(files) - {m} for m, p in files.items()}
+    loop = module_cycle(graph)
+    assert loop is None, "modules that import each other around a loop: " + " -> ".join(loop or [])

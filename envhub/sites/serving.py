@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable
 import uvicorn
 from fastapi import FastAPI
 
+from common.net import bind_socket
 from envhub.sites.app import create_sites_app
 
 SITES_MOUNT = "/sites"
@@ -60,8 +61,6 @@ def standalone_sites_url(ready_timeout_s: float = 30.0) -> str:
 
 @functools.cache
 def _start_standalone(ready_timeout_s: float) -> str:
-    from envhub.main import bind_socket  # envhub.main imports the server, which imports this module
-
     sock = bind_socket("127.0.0.1", 0)
     config = uvicorn.Config(create_sites_app(), log_level="warning", access_log=False, lifespan="off",
                             timeout_keep_alive=75)

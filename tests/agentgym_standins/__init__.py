@@ -19,7 +19,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from envhub.main import bind_socket
+from common.net import bind_socket
 
 SECRETS = ("apple", "river", "stone", "cloud", "maple")
 

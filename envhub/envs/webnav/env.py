@@ -18,7 +18,7 @@
    an env error. close: the context goes back to the pool (cleared), the site state is deleted.
 
 Options: envhub/envs/webnav/options.py. Tasks: envhub/envs/webnav/tasks.py (WebArena's format),
-offline ones in offline_tasks.py, on the sites of envhub/sites.
+offline ones in offline_tasks.py, on the sites of envhub/sites; each source's list: catalog.py.
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ from envhub.base import ConversationStart, Environment, StepResult
 from envhub.envs.webnav import agentgym_dialect as agentgym
 from envhub.envs.webnav.actions import ACTION_HELP, BadAction, WebAction, parse_reply
 from envhub.envs.webnav.browser import PoolSettings, browser_thread
+from envhub.envs.webnav.catalog import TaskCatalog, catalog_for
 from envhub.envs.webnav.evaluators import evaluate
 from envhub.envs.webnav.observation import truncate
 from envhub.envs.webnav.options import WebNavOptions
 from envhub.envs.webnav.tabs import BrowserTabs, TabSettings
-from envhub.envs.webnav.tasks import TaskCatalog, WebTask, catalog_for, resolve
+from envhub.envs.webnav.tasks import WebTask, resolve
 from envhub.envs.webnav.worked_example import WORKED_EXAMPLE
 from envhub.options import OptionsError, parse_options
 
