@@ -16,6 +16,18 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+NOT_UNIT = ("integration", "learning", "gpu", "vllm")
+"""Tiers: ``integration`` modules start real processes, servers or sockets (``pytestmark``),
+``learning`` tests train until a model measurably improves; every other test is ``unit`` (marked
+here), for a quick loop: ``pytest -m unit``. The default run takes all three; ``gpu`` and ``vllm``
+tests are opt-in and in no tier."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if not any(item.get_closest_marker(marker) for marker in NOT_UNIT):
+            item.add_marker(pytest.mark.unit)
+
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory) -> Iterator[str]:
     """The tiny model, saved, with this process as rank 0 of a one-rank process group: the learner's

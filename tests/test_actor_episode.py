@@ -23,6 +23,8 @@ from common.tiny_model import load_tiny_tokenizer, tiny_qwen2_config
 from envhub.client import EnvClient
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 ENV_ID = "keydoor-v0"
 MAX_NEW_TOKENS = 4
 

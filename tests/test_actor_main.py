@@ -23,6 +23,8 @@ from learner.head import HeadServer
 from learner.sampler import TaskSampler
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 TIMEOUT_S = 30.0
 
 

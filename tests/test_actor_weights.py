@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import torch
 import zmq
 from transformers import Qwen2ForCausalLM
@@ -26,6 +27,8 @@ from common.tiny_model import load_tiny_tokenizer, tiny_qwen2_config
 from common.transport import bind_random, configure
 from common.weight_sync import WeightBroadcaster
 from learner.weight_publisher import WeightPublisher
+
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 20.0

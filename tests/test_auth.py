@@ -14,6 +14,8 @@ from envhub.client import EnvClient, EnvClientError
 from envhub.server import create_app
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 TOKEN = "a-shared-token-of-24-chars"
 
 

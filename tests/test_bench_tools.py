@@ -17,6 +17,8 @@ import pytest
 
 from tests.bench import run_all
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / "tests" / "bench"
 HELPERS = {"__init__", "curves"}  # modules the benches import, not benches

@@ -34,6 +34,8 @@ from envhub.envs.textcraft.commands import parse_command as parse_textcraft
 from tests.bench.actor_bench import ScriptedEngine
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 # Envs whose instruction comes from AgentGym's clients, with the phrase that marks each one.
 AGENTGYM_INSTRUCTIONS = {
     "textcraft-v0": "You are given few useful crafting recipes to craft items in Minecraft.",

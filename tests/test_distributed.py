@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -12,6 +13,8 @@ import torch.multiprocessing as mp
 from common.net import free_port
 from learner.distributed import mean_over_ranks
 from learner.model import init_process_group, use_deterministic_algorithms
+
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
 
 
 def _combine_on_rank(rank: int, world_size: int, port: int, out_file: str) -> None:

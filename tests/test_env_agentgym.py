@@ -40,6 +40,8 @@ from tests.agentgym_standins.webarena import webarena_app
 from tests.agentgym_standins.webshop import webshop_app
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 TASK = 2  # asks for "stone" on every stand-in
 TOOLS = ("academia", "movie", "todo", "sheet", "weather")
 

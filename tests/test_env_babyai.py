@@ -24,6 +24,8 @@ from envhub.envs.babyai.agentgym_levels import AGENTGYM_LEVEL_IDS, agentgym_leve
 from envhub.envs.babyai.levels import LEVELS, TaskLayout
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 ENV_ID = "babyai-v0"
 GOTO_MISSION = re.compile(
     r"Your goal: go to (?:the|a) (?:(red|green|blue|purple|yellow|grey) )?(ball|key|box|door)\n")

@@ -19,6 +19,8 @@ from envhub.channel_client import make_env_client
 from envhub.channel_frames import PROTOCOL_VERSION, FrameReader, frame
 from envhub.client import EnvClientError
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 BROKEN_ANSWERS = {
     "a missing field": {"session_id": "s", "observation": "A room."},
     "a reward that is no number": {"session_id": "s", "observation": "A room.", "reward": "high",

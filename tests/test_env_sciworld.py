@@ -28,6 +28,8 @@ from envhub.envs.sciworld.env import SciWorldEnv, SciWorldOptions
 from envhub.envs.sciworld.lenient_rules import hint_text
 from envhub.main import EnvhubServer
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 ENV_ID = "sciworld-v0"
 LENIENT = task_index.LENIENT_INDEX
 FIND_LIVING_THING_0 = LENIENT.task_number("find-living-thing", 0)

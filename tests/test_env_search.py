@@ -29,6 +29,8 @@ from envhub.envs.search.retriever import load_or_build_retriever, search_cache_d
 from envhub.envs.search.wiki_offline import DefaultDataset
 from envhub.main import EnvhubServer
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 ENV_ID = "search-v0"
 ARTICLES = {
     "Okapi": "The okapi is a giraffid mammal native to the northeast of the Democratic Republic of the "

@@ -29,6 +29,8 @@ from envhub.envs.textcraft.env import TextCraftEnv
 from envhub.envs.textcraft.recipes import RecipeBook
 from envhub.main import EnvhubServer
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 ENV_ID = "textcraft-v0"
 ADAPT_DIR_NAME = Path("data") / "textcraft-adapt-recipes"
 ADAPT_CANDIDATES = (Path(__file__).resolve().parents[2] / "shared" / ADAPT_DIR_NAME,

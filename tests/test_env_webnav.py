@@ -25,6 +25,8 @@ from envhub.envs.webnav.offline_tasks import FAMILIES, INSTANCES, offline_tasks
 from envhub.envs.webnav.scripted import ScriptedPolicy, element_id
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 ENV_ID = "webnav-v0"
 MAX_SCRIPT_STEPS = 20
 

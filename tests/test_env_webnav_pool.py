@@ -23,6 +23,8 @@ from envhub.envs.webnav.scripted import ScriptedPolicy
 from tests.processes import process_tree
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 ENV_ID = "webnav-v0"
 SMALL_POOL = {"max_pages": 2, "max_tabs": 2, "page_wait_s": 0.3}
 

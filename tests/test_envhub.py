@@ -23,6 +23,8 @@ from envhub.main import parse_config
 from envhub.sessions import SessionGoneError, SessionLimitError, SessionTable, UnknownSessionError
 from tests.servers import registered_envs, running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 # At import, before the module's deliberately broken test envs are registered (test_envs).
 # agentgym-v0 needs a remote server's url; tests/test_env_agentgym.py checks it against one.
 BUILTIN_ENV_IDS = [env_spec.id for env_spec in registry.list_specs() if env_spec.id != "agentgym-v0"]

@@ -18,6 +18,8 @@ from envhub.client import EnvClient, EnvClientError
 from envhub.main import EnvhubServer
 from tests.servers import registered_envs
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 MAX_ACTION_CHARS = 100
 
 

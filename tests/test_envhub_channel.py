@@ -27,6 +27,8 @@ from envhub.client import EnvClient, EnvClientError
 from envhub.conformance import check_env
 from tests.servers import registered_envs, running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 MAX_ACTION_CHARS = 4000  # above the conformance checker's 2000-character garbage action
 MAX_SESSIONS = 12
 CONFORMANCE_ENV_IDS = ("keydoor-v0", "textcraft-v0", "babyai-v0")

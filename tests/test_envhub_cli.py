@@ -14,6 +14,8 @@ import pytest
 from envhub import cli, fidelity
 from envhub.cli import split_overrides
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -25,6 +25,8 @@ from envhub.errors import ANY_ROUTE, ERRORS, MEANING_SEPARATOR, ROUTE_ERRORS
 from envhub.options import OptionsError
 from tests.servers import registered_envs, running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 STEP_TIMEOUT_S = 0.5
 MAX_SESSIONS = 3
 MAX_ACTION_CHARS = 50

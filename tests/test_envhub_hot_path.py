@@ -14,6 +14,8 @@ import pytest
 from common.config.envhub import EnvhubConfig
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 LEAN, FASTAPI = "application/json", "application/vnd.test+json"
 
 

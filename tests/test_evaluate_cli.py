@@ -13,6 +13,8 @@ from common.recording import read_messages
 from launch import parse_args
 from tests.launching import run_launch
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 HELD_OUT_TASKS = 6
 
 

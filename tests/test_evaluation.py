@@ -20,6 +20,8 @@ from learner.head import HeadServer
 from learner.replay import recorded_groups
 from learner.sampler import TaskSampler
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 
 def episode(lease: TaskLease, index: int, success: bool = False, num_turns: int = 2, status: str = "ok",
             purpose: str | None = None) -> Trajectory:

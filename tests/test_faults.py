@@ -12,9 +12,13 @@ import sys
 import time
 import urllib.request
 
+import pytest
+
 from common.protocol import Trajectory
 from common.recording import read_messages
 from tests.launching import REPO
+
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
 
 
 def test_the_only_actor_killed_mid_run_is_restarted_and_the_run_goes_on(tmp_path):

@@ -19,6 +19,8 @@ from envhub.envs.babyai.env import AGENTGYM_INSTRUCTION
 from envhub.envs.babyai.fidelity import fidelity_cases
 from envhub.fidelity import play_case
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 AGENTGYM_MIRROR = "/work/.mirror/WooooDyy+AgentGym/repo"
 CASES = fidelity_cases()
 AVAILABLE = re.compile(r'^Available actions: \[(.*)\]$', re.MULTILINE)

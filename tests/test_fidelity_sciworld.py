@@ -25,6 +25,8 @@ from envhub.envs.sciworld.fidelity import fidelity_cases, reply
 from envhub.envs.sciworld.jvm_pool import get_pool
 from envhub.fidelity import play_case
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 ENV_ID = "sciworld-v0"
 
 

@@ -6,7 +6,11 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from tests.launching import REPO
+
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
 
 
 def test_the_gpu_check_runs_its_cpu_mode_and_reports_every_figure(tmp_path):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -21,6 +21,8 @@ from common.recording import Recorder, read_messages
 from learner.replay import recorded_groups
 from tests.launching import REPO, run_launch
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 REPLAY = ("--config", "configs/smoke.yaml", "--learner.groups_per_step", "2", "--run.deterministic", "true",
           "--learner.lr", "1e-3")
 

@@ -12,6 +12,8 @@ from common.config.envhub import EnvhubConfig
 from learner.service_metrics import EnvhubStats, envhub_scalars
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 
 def health(sessions: int, steps: int, errors: dict[str, int], p50: float | None, p99: float | None) -> dict:
     return {"status": "ok", "sessions": sessions,

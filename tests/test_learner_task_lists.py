@@ -15,6 +15,8 @@ from learner.evaluation import build_eval_rounds
 from learner.task_lists import EnvhubUnreachable, TaskListRefused, fetch_task_lists, task_ids_of
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 # agentgym-v0's task list exists only under its options (``num_tasks``): the server's, not the learner's.
 OPTIONS = {"agentgym-v0": {"url": "http://127.0.0.1:9", "family": "textcraft", "num_tasks": 7}}
 

@@ -15,6 +15,8 @@ from common.net import free_port
 from launcher.placement import PlacementError, local_cluster, parse_cluster, plan_placement
 from tests.launching import REPO
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 
 def plan_for(cluster: str, *overrides: str):
     return plan_placement(parse_cluster(cluster), load_config(None, list(overrides)))

@@ -16,6 +16,8 @@ from learner.head import HeadServer
 from learner.lease_book import LeaseBook, LeasedGroup
 from learner.sampler import EVAL_LEDGER, TRAIN_LEDGER, LedgerError, TaskSampler
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 ENV_TASKS = {"keydoor-v0": [f"k{i}" for i in range(5)], "maze-v0": [f"m{i}" for i in range(3)]}
 
 

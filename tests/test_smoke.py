@@ -3,12 +3,15 @@
 import json
 
 import numpy as np
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForCausalLM
 
 from common.protocol import Trajectory
 from common.recording import read_messages
 from tests.hostile_peer import HOSTILE_ACTOR_ID
+
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
 
 
 def test_learner_stepped_and_checkpoint_is_complete(smoke_run):

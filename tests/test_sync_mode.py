@@ -3,11 +3,14 @@
 import json
 
 import numpy as np
+import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from common.protocol import Trajectory
 from common.recording import read_messages
 from tests.launching import run_launch
+
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
 
 
 def test_sync_mode_trains_every_batch_on_the_weights_that_generated_it(tmp_path):

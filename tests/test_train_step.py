@@ -23,6 +23,8 @@ from learner.model import full_parameters, init_process_group, load_sharded_mode
 from learner.train_step import Trainer, plan_micro_batches, train_step
 from learner.turns import BatchTurns
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 TEMPERATURE = 1.0
 # Two groups of two episodes: prompt, turn 1, observation, turn 2, final observation, padding.
 LOSS_MASK = torch.tensor([

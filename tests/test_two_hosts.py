@@ -36,6 +36,8 @@ import pytest
 
 from tests.launching import REPO
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 RAY = str(REPO / ".venv" / "bin" / "ray")
 IFNAME = "lh0"
 PORT = 6379  # each namespace has its own port space: no clash with any other Ray on this machine

@@ -33,6 +33,8 @@ from learner.group import Group
 from learner.trained_log import TrainedLog
 from tests.servers import running_hub
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 RUN = "viewer-run"
 SYSTEM_PROMPT = "You are an agent. Reply with one action."
 XSS_ACTION = '<img src=x onerror="window.__xss=1">go kitchen'

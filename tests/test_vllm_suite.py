@@ -15,6 +15,8 @@ import pytest
 
 from tests.launching import REPO
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 MODULES = ["tests/test_vllm_engine.py", "tests/test_vllm_export.py", "tests/test_vllm_launch.py"]
 

@@ -29,6 +29,8 @@ from learner.checkpoint import export_hf
 from learner.model import UnshardedParameters, full_parameters, init_process_group, load_sharded_model
 from learner.weight_publisher import WeightPublisher
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 BUCKET_NBYTES = 32 * 1024  # far below the model's size, so the model travels in many buckets
 
 

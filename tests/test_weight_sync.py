@@ -20,6 +20,8 @@ from common.weight_sync import (
     unpack_bucket,
 )
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 REPO = Path(__file__).resolve().parents[1]
 
 RECEIVER = """

@@ -45,6 +45,8 @@ from learner.rollout_metrics import rollout_scalars
 from learner.sampler import TaskSampler
 from tests.test_protocol import make_trajectory
 
+pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
+
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                         HealthCheck.too_slow])
 
