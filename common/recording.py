@@ -35,18 +35,28 @@ class Recorder:
         self._file.close()
 
 
-def read_frames(path: Path) -> Iterator[bytes]:
-    """Every complete frame of a stream file, in order."""
+def records_from(path: Path, offset_bytes: int = 0) -> Iterator[tuple[int, int, bytes]]:
+    """``(record offset, end offset, frame)`` of every complete record at or after ``offset_bytes``:
+    the one reader of the framing (replay, the torn-tail cut and the viewer's index all use it). It
+    stops before an incomplete record: torn, or still being written by a live run."""
     with open(path, "rb") as f:
-        while header := f.read(_LENGTH.size):
-            if len(header) < _LENGTH.size:
-                break
+        f.seek(offset_bytes)
+        while len(header := f.read(_LENGTH.size)) == _LENGTH.size:
             (length,) = _LENGTH.unpack(header)
             frame = f.read(length)
             if len(frame) < length:
-                log.warning("%s: torn last record ignored", path)
-                break
-            yield frame
+                return
+            yield offset_bytes, offset_bytes + _LENGTH.size + length, frame
+            offset_bytes += _LENGTH.size + length
+
+
+def read_frames(path: Path) -> Iterator[bytes]:
+    """Every complete frame of a stream file, in order."""
+    end = 0
+    for _, end, frame in records_from(path):
+        yield frame
+    if end < path.stat().st_size:
+        log.warning("%s: torn last record ignored", path)
 
 
 def read_messages(path: Path) -> Iterator[Any]:
@@ -58,13 +68,7 @@ def read_messages(path: Path) -> Iterator[Any]:
 def _cut_torn_tail(path: Path) -> None:
     if not path.exists():
         return
-    complete = 0
-    with open(path, "rb") as f:
-        while header := f.read(_LENGTH.size):
-            (length,) = _LENGTH.unpack(header) if len(header) == _LENGTH.size else (None,)
-            if length is None or len(f.read(length)) < length:
-                break
-            complete = f.tell()
+    complete = max((end for _, end, _ in records_from(path)), default=0)
     if complete < path.stat().st_size:
         log.warning("%s: cutting a torn last record (%d bytes)", path, path.stat().st_size - complete)
         with open(path, "r+b") as f:

@@ -22,10 +22,10 @@ session limit, 504 env call past its deadline (session closed). envhub/errors.py
 of them; each route documents its own in /openapi.json. A failing env is always reported, never
 turned into a silent reward of 0.
 
-The calls actors make all the time (create, step, close) take a lean path: envhub/hot_path.py
-answers them without FastAPI's routing and serialization (anything it cannot parse cleanly falls
-through to the routes here, so errors are FastAPI's own), and envhub/channel.py serves them over
-a persistent msgpack connection per actor, on its own port, with the same validation and errors.
+The calls actors make all the time (create, step, close) have one fast path: envhub/channel.py
+serves them over a persistent msgpack connection per actor, on its own port, with the same
+validation and errors as the routes here (the actors' default transport). Over HTTP they take
+these FastAPI routes like every other call.
 """
 
 import asyncio
@@ -51,7 +51,6 @@ from envhub.channel import start_channel
 from envhub.channel_frames import PROTOCOL_VERSION
 from envhub.deadline import DeadlinePassed, within_deadline
 from envhub.errors import EnvhubError, InternalErrorMiddleware, route_responses
-from envhub.hot_path import SessionHotPath
 from envhub.options import OPTION_ERRORS, OptionsError
 from envhub.session_models import CreateSessionRequest, CreateSessionResponse, StepRequest, StepResponse
 from envhub.sessions import (
@@ -341,8 +340,7 @@ def create_app(cfg: EnvhubConfig) -> FastAPI:
     app.state.channel_port = None
     _add_routes(app, service)
     app.include_router(ui_router(cfg.runs_dir))  # the trajectory viewer at /ui (envhub/ui)
-    app.add_middleware(SessionHotPath, service=service)  # create/step/close without FastAPI's overhead
-    mount_sites(app)  # webnav-v0's sites at /sites; added after the hot path, so its address reaches it
+    mount_sites(app)  # webnav-v0's sites at /sites
     app.add_middleware(InternalErrorMiddleware, errors=service.stats.errors)  # a bug answers 500, logged
     if token is not None:
         app.add_middleware(TokenMiddleware, token=token, refusals=service.stats.errors)

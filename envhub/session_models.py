@@ -1,5 +1,5 @@
-"""The session API's request and answer bodies, shared by the HTTP routes (envhub/server.py), their
-lean path (envhub/hot_path.py) and the session channel (envhub/channel.py): one validation for all."""
+"""The session API's request and answer bodies, shared by the HTTP routes (envhub/server.py) and the
+session channel (envhub/channel.py): one validation for both."""
 
 from __future__ import annotations
 

@@ -10,18 +10,16 @@ record) is re-read from the start. A record that does not decode is skipped and 
 
 from __future__ import annotations
 
-import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from common import protocol
 from common.protocol import TrainedSample, Trajectory
+from common.recording import records_from
 
-# The framing of common/recording.py: uint32 little-endian length, then the frame.
-_LENGTH = struct.Struct("<I")
 TRAJECTORIES_FILE = "trajectories.msgpack"
 TRAINED_FILE = "trained.msgpack"  # learner/trained_log.py writes it (not imported: it pulls in torch)
 
@@ -65,22 +63,9 @@ class TrainedRow:
     offset_bytes: int
 
 
-def frames_from(path: Path, offset_bytes: int) -> Iterator[tuple[int, int, bytes]]:
-    """``(record offset, end offset, frame)`` of every complete record at or after ``offset_bytes``."""
-    with open(path, "rb") as f:
-        f.seek(offset_bytes)
-        while len(header := f.read(_LENGTH.size)) == _LENGTH.size:
-            (length,) = _LENGTH.unpack(header)
-            frame = f.read(length)
-            if len(frame) < length:
-                return  # a record still being written, or torn: read it on a later refresh
-            yield offset_bytes, offset_bytes + _LENGTH.size + length, frame
-            offset_bytes += _LENGTH.size + length
-
-
 def read_frame_at(path: Path, offset_bytes: int) -> Any:
     """The decoded message of the record at ``offset_bytes``."""
-    for _, _, frame in frames_from(path, offset_bytes):
+    for _, _, frame in records_from(path, offset_bytes):
         return protocol.decode(frame)
     raise protocol.ProtocolError(f"{path}: no complete record at byte {offset_bytes}")
 
@@ -123,7 +108,7 @@ class RunIndex:
             self._read_bytes[path] = 0
         if size == self._read_bytes[path]:
             return
-        for offset, end, frame in frames_from(path, self._read_bytes[path]):
+        for offset, end, frame in records_from(path, self._read_bytes[path]):
             try:
                 add(offset, protocol.decode(frame))
             except protocol.ProtocolError:
