@@ -109,10 +109,11 @@ class Supervisor:
             self._report_failure(failure)
             return 1
         except KeyboardInterrupt:
-            name = signal.Signals(stopped_by[-1]).name if stopped_by else "SIGINT"
-            print(f"\ninterrupted ({name}): asking the learner to save and stop (again to kill)", flush=True)
+            signum = stopped_by[-1] if stopped_by else signal.SIGINT
+            print(f"\ninterrupted ({signal.Signals(signum).name}): asking the learner to save and stop (again to "
+                  "kill)", flush=True)
             self._stop_gracefully()
-            return 128 + (stopped_by[-1] if stopped_by else signal.SIGINT)
+            return 128 + signum
         _print_summary(summary, self.run_dir)
         return 0
 

@@ -112,10 +112,12 @@ def _play_agentgym(tree: AgentGymTree, goal: str, recipe: TreeRecipe,
     observation = game.step(recipe.command()).observation
     uses = ", ".join(f"{part.count} {display(part.name)}" for part in recipe.inputs)
     for k, part in enumerate(recipe.inputs):
-        action = f"get {part.count} {display(part.name)}"
-        thought = (f"The command uses {uses}, and I do not have them. I will get {part.count} "
-                   f"{display(part.name)} first." if k == 0 else
-                   f"I need {part.count} {display(part.name)} for the {display(goal)}. I will get it first.")
+        wanted = f"{part.count} {display(part.name)}"
+        if k == 0:
+            thought = f"The command uses {uses}, and I do not have them. I will get {wanted} first."
+        else:
+            thought = f"I need {wanted} for the {display(goal)}. I will get it first."
+        action = f"get {wanted}"
         turns.append((observation, _reply(thought, action)))
         observation = game.step(action).observation
     turns.append((observation, _reply("I have the ingredients now, so I can craft the goal.", recipe.command())))
