@@ -99,7 +99,8 @@ ROUTE_ERRORS: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/ui/api/runs/{run}/trajectories/{number}"): ("unknown_run", "malformed_request",
                                                           "unreadable_trajectory"),
 }
-"""The kinds each route answers besides `ANY_ROUTE`, by (method, path as /openapi.json spells it)."""
+"""The kinds each route answers besides `ANY_ROUTE`, by (method, path as clients call it: the mounted
+viewer's /ui routes are in /ui/openapi.json, the rest in /openapi.json)."""
 
 
 def route_responses(method: str, path: str) -> dict[int | str, dict[str, Any]]:

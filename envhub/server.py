@@ -11,7 +11,7 @@ Endpoints (JSON):
     POST   /sessions/{sid}/step       {"action"} -> {"observation", "reward", "terminated", "truncated", "info"}
     DELETE /sessions/{sid}            {"closed": true}   (idempotent for sessions the server already closed)
     GET    /channel                   {"port": n, "protocol": 1}: the session channel beside this API
-    GET    /ui, /ui/api/...           the trajectory viewer over ``runs_dir`` (envhub/ui/routes.py)
+    GET    /ui, /ui/api/...           the trajectory viewer over ``runs_dir`` (envhub/ui/app.py, mounted)
     GET    /sites/...                 webnav-v0's offline sites (envhub/sites)
 
 Errors carry {"detail": message}: 400 bad task id or split, or an env its options leave unusable
@@ -62,7 +62,7 @@ from envhub.sessions import (
     UnknownSessionError,
 )
 from envhub.sites.serving import SITES_MOUNT, mount_sites
-from envhub.ui import ui_router
+from envhub.ui import VIEWER_MOUNT, create_viewer_app
 
 logger = logging.getLogger(__name__)
 
@@ -339,8 +339,10 @@ def create_app(cfg: EnvhubConfig) -> FastAPI:
     app.state.service = service
     app.state.channel_port = None
     _add_routes(app, service)
-    app.include_router(ui_router(cfg.runs_dir))  # the trajectory viewer at /ui (envhub/ui)
-    mount_sites(app)  # webnav-v0's sites at /sites
+    # Two apps of their own: the trajectory viewer (envhub/ui; its schema at /ui/openapi.json) and
+    # webnav-v0's sites (envhub/sites). The middlewares below wrap them too: one token, one 500 path.
+    app.mount(VIEWER_MOUNT, create_viewer_app(cfg.runs_dir, service.stats.errors))
+    mount_sites(app)
     app.add_middleware(InternalErrorMiddleware, errors=service.stats.errors)  # a bug answers 500, logged
     if token is not None:
         app.add_middleware(TokenMiddleware, token=token, refusals=service.stats.errors)

@@ -1,4 +1,5 @@
-"""envhub's contract is its schema: every status a route answers is in its /openapi.json entry.
+"""envhub's contract is its schema: every status a route answers is in its /openapi.json entry
+(the env API's; the mounted trajectory viewer's at /ui/openapi.json).
 
 A real server on loopback is walked route by route; each status the walk provokes is checked
 against the route's documented ``responses`` (and the body against the documented error model).
@@ -23,6 +24,7 @@ from envhub import registry
 from envhub.base import ConversationStart, Environment, StepResult
 from envhub.errors import ANY_ROUTE, ERRORS, MEANING_SEPARATOR, ROUTE_ERRORS
 from envhub.options import OptionsError
+from envhub.ui import VIEWER_MOUNT
 from tests.servers import registered_envs, running_hub
 
 pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
@@ -192,7 +194,7 @@ def test_every_status_the_walk_provokes_is_documented_for_its_route(hub: httpx.C
     walk = RouteWalk(hub)
     for walk_routes in (walk_create, walk_session_limit, walk_step_and_close, walk_env_routes, walk_viewer_routes):
         walk_routes(walk)
-    spec = hub.get("/openapi.json").json()
+    spec = public_schema(hub)
     assert set(walk.answers) == _operations(spec), "walk every route of the schema, and only those"
     for (method, route), answers in walk.answers.items():
         documented = spec["paths"][route][method.lower()]["responses"]
@@ -209,7 +211,7 @@ def test_without_the_token_every_route_answers_a_documented_401(monkeypatch: pyt
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
     hub_cfg = EnvhubConfig(runs_dir=str(tmp_path))
     with running_hub(hub_cfg) as url, httpx.Client(base_url=url, trust_env=False) as client:
-        spec = client.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+        spec = public_schema(client, headers={"Authorization": f"Bearer {TOKEN}"})
         for method, route in _operations(spec):
             response = client.request(method, re.sub(r"\{\w+\}", "x", route))
             assert response.status_code == 401, (method, route)
@@ -218,7 +220,7 @@ def test_without_the_token_every_route_answers_a_documented_401(monkeypatch: pyt
 
 
 def test_openapi_lists_every_code_a_route_declares_with_the_tables_meaning(hub: httpx.Client) -> None:
-    spec = hub.get("/openapi.json").json()
+    spec = public_schema(hub)
     assert set(ROUTE_ERRORS) == _operations(spec), "every route of the schema declares its errors, and only those"
     for (method, route), kinds in ROUTE_ERRORS.items():
         documented = spec["paths"][route][method.lower()]["responses"]
@@ -228,6 +230,16 @@ def test_openapi_lists_every_code_a_route_declares_with_the_tables_meaning(hub: 
             assert entry is not None, f"{method} {route} declares {kind} ({error.status_code}); /openapi.json lacks it"
             assert error.meaning in entry["description"].split(MEANING_SEPARATOR), (method, route, kind)
             assert error.body.__name__ in _body_models(entry), (method, route, kind)
+
+
+def public_schema(client: httpx.Client, **request: Any) -> dict[str, Any]:
+    """envhub's schema and its mounted viewer's as one, the viewer's paths as clients call them."""
+    hub = client.get("/openapi.json", **request).raise_for_status().json()
+    viewer = client.get(f"{VIEWER_MOUNT}/openapi.json", **request).raise_for_status().json()
+    assert not any(path.startswith(VIEWER_MOUNT) for path in hub["paths"]), "the viewer documents its own routes"
+    paths = {**hub["paths"], **{VIEWER_MOUNT + path: operations for path, operations in viewer["paths"].items()}}
+    schemas = {**viewer["components"]["schemas"], **hub["components"]["schemas"]}
+    return {**hub, "paths": paths, "components": {**hub["components"], "schemas": schemas}}
 
 
 def _operations(spec: dict[str, Any]) -> set[tuple[str, str]]:

@@ -1,4 +1,4 @@
-"""The viewer's routes, mounted on the envhub app (``envhub/server.py``).
+"""The viewer: an app of its own, mounted by the envhub server at ``/ui`` (``envhub/server.py``).
 
     GET /ui                                        the page (static/index.html; static/app.js, style.css)
     GET /ui/api/runs                               [{name, model, envs, max_steps, trajectory_bytes, ...}]
@@ -7,6 +7,7 @@
         ``step``: a learner step (the episode was trained at it) or ``none`` (never trained on)
     GET /ui/api/runs/{run}/trajectories/{number}   one episode: row, trained, turns, tail, tokenizer
 
+Its schema is ``/ui/openapi.json`` (envhub's own ``/openapi.json`` documents the env API only).
 Playing an environment by hand needs no route here: the page calls envhub's own ``/envs`` and
 ``/sessions`` API. The handlers are plain functions, so FastAPI runs them on its thread pool and
 reading a big stream or loading a tokenizer never blocks the env sessions on the event loop.
@@ -15,10 +16,13 @@ reading a big stream or loading a tokenizer never blocks the env sessions on the
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse
 
 from common.protocol import ProtocolError
@@ -27,6 +31,7 @@ from envhub.ui.render import describe_turns
 from envhub.ui.runs import RunCatalog, UnknownRunError
 from envhub.ui.stream_index import RunIndex, TrainedRow, TrajectoryRow
 
+VIEWER_MOUNT = "/ui"
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_FILES = {"app.js": "text/javascript", "style.css": "text/css"}
 MAX_PAGE_ROWS = 1000
@@ -70,10 +75,16 @@ def parse_step(step: str | None) -> int | None | str:
                         detail=f"step must be a learner step number or 'none', got {step!r}")
 
 
-def ui_router(runs_dir: str | Path) -> APIRouter:
-    """The viewer's page and JSON API over the run folders in ``runs_dir``."""
+def create_viewer_app(runs_dir: str | Path, errors: Counter[str]) -> FastAPI:
+    """The viewer's page and JSON API over the run folders in ``runs_dir``; a malformed query is
+    counted in ``errors`` (the hub's own counts, so ``/health`` shows it)."""
     catalog = RunCatalog(Path(runs_dir))
-    router = APIRouter(prefix="/ui", tags=["trajectory viewer"])
+    app = FastAPI(title="envhub trajectory viewer", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(RequestValidationError)
+    async def count_malformed(request: Request, error: RequestValidationError) -> Any:
+        errors["malformed_request"] += 1
+        return await request_validation_exception_handler(request, error)
 
     def index_of(run: str) -> RunIndex:
         try:
@@ -81,22 +92,24 @@ def ui_router(runs_dir: str | Path) -> APIRouter:
         except UnknownRunError as error:
             raise HTTPException(status_code=ERRORS["unknown_run"].status_code, detail=str(error)) from None
 
-    @router.get("", include_in_schema=False)
-    @router.get("/", include_in_schema=False)
+    def responses(path: str) -> dict[int | str, dict[str, Any]]:
+        return route_responses("GET", VIEWER_MOUNT + path)  # errors.py names routes as clients call them
+
+    @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
-    @router.get("/static/{name}", include_in_schema=False)
+    @app.get("/static/{name}", include_in_schema=False)
     def static_file(name: str) -> FileResponse:
         if name not in STATIC_FILES:  # a fixed list: no path from the URL ever reaches the disk
             raise HTTPException(status_code=404, detail=f"no static file {name!r}")
         return FileResponse(STATIC_DIR / name, media_type=STATIC_FILES[name])
 
-    @router.get("/api/runs", responses=route_responses("GET", "/ui/api/runs"))
+    @app.get("/api/runs", responses=responses("/api/runs"))
     def list_runs() -> dict[str, Any]:
         return {"runs_dir": str(catalog.runs_dir), "runs": catalog.list_runs()}
 
-    @router.get("/api/runs/{run}/trajectories", responses=route_responses("GET", "/ui/api/runs/{run}/trajectories"))
+    @app.get("/api/runs/{run}/trajectories", responses=responses("/api/runs/{run}/trajectories"))
     def list_trajectories(run: str, env: str | None = None, step: str | None = None, success: bool | None = None,
                           purpose: str | None = None, offset: int = Query(0, ge=0),
                           limit: int = Query(100, ge=1, le=MAX_PAGE_ROWS)) -> dict[str, Any]:
@@ -111,8 +124,7 @@ def ui_router(runs_dir: str | Path) -> APIRouter:
             "bad_records": index.bad_records,
         }
 
-    @router.get("/api/runs/{run}/trajectories/{number}",
-                responses=route_responses("GET", "/ui/api/runs/{run}/trajectories/{number}"))
+    @app.get("/api/runs/{run}/trajectories/{number}", responses=responses("/api/runs/{run}/trajectories/{number}"))
     def trajectory(run: str, number: int) -> dict[str, Any]:
         index = index_of(run)
         if not 0 <= number < len(index.rows):
@@ -135,4 +147,4 @@ def ui_router(runs_dir: str | Path) -> APIRouter:
             "timings": episode.timings, "env_info": episode.env_info,
         }
 
-    return router
+    return app
