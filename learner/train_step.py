@@ -12,6 +12,12 @@
       reward), minus ``entropy_coef * entropy``; one AdamW step;
    b. critic (``gae``): clipped value loss toward the GAE returns; one step of its own AdamW.
 
+Rows whose advantage is 0 at every token (each episode of a GRPO or RLOO group that all
+succeeded or all failed) skip their forward and backward when the loss has no KL or entropy term:
+they add exactly 0 to it, and they stay in its denominator, so the update is the same
+(``learner/trained_rows_frac`` is the share that ran; the step's ratio and entropy statistics
+are of those rows).
+
 With one pass and one share (the default) the proximal policy is the current one before the
 step, so no extra forward pass is needed: ``r == 1`` and only the importance weight corrects
 the actors' staleness.
@@ -256,15 +262,19 @@ class Trainer:
 
     # ------------------------------------------------------------------ per optimizer step
 
-    def _micro_batches(self, batch: Batch, rows: torch.Tensor) -> list[MicroBatch]:
-        """This rank's micro-batches of ``rows``, padded with dummies to the count of the rank
-        with the most (every FSDP forward and backward is a collective)."""
+    def _micro_batches(self, batch: Batch, rows: torch.Tensor,
+                       positions: torch.Tensor | None = None) -> list[MicroBatch]:
+        """This rank's micro-batches of ``rows`` (of those at ``positions`` only, when given),
+        padded with dummies to the count of the rank with the most (every FSDP forward and
+        backward is a collective)."""
+        positions = torch.arange(len(rows)) if positions is None else positions
         lengths = batch.attention_mask[rows].sum(dim=1)
         widths = round_up(lengths, self.cfg.width_multiple)  # as the forward passes see them (the batch is padded so)
-        plan = [MicroBatch(positions, int(widths[positions].max()), False)
-                for positions in plan_micro_batches(widths, self.cfg.micro_batch_tokens)]
+        groups = plan_micro_batches(widths[positions], self.cfg.micro_batch_tokens) if len(positions) else []
+        plan = [MicroBatch(positions[group], int(widths[positions[group]].max()), False) for group in groups]
         count = torch.tensor(len(plan))
-        if self.world_size > 1 and self.cfg.micro_batch_tokens > 0:
+        # Ranks differ in count with a token budget, or when each skips its rows without a gradient.
+        if self.world_size > 1 and (self.cfg.micro_batch_tokens > 0 or self._skips_rows_without_gradient):
             dist.all_reduce(count, op=dist.ReduceOp.MAX)
         # The first two tokens of a real row (rows are right-padded): a stand-in of padding alone
         # could attend to nothing and turn NaN in the backward even with a zero mask, and a whole
@@ -282,7 +292,10 @@ class Trainer:
         if proximal is not None:  # else no sequence mask (see _batch_constants): all rows stay
             keep_rows, _ = sequence_keep_mask(proximal, behavior, mask, alg.seq_mask_low, alg.seq_mask_high)
             keep = mask * keep_rows[:, None].to(mask.dtype)
-        denominator = self._denominator(keep, real)
+        denominator = self._denominator(keep, real)  # of every row: skipped ones stay in the average
+        trained = self._rows_with_gradient(constants, rows, keep)
+        if self._skips_rows_without_gradient:  # on every rank, whatever its rows: planning is a collective
+            micro_batches = self._micro_batches(batch, rows, trained)
         self.optimizer.zero_grad(set_to_none=True)
         logprobs, entropy = torch.zeros_like(mask), torch.zeros_like(mask)
         losses = {"loss": 0.0, "pg_loss": 0.0}
@@ -295,12 +308,32 @@ class Trainer:
             if not micro.dummy:
                 logprobs[micro.positions, :micro.width] = out["logprobs"]
                 entropy[micro.positions, :micro.width] = out["entropy"]
-        stats = self._policy_stats(batch, constants, rows, mask, keep, logprobs, entropy)
-        stats.update(losses, entropy=float(masked_mean(entropy, mask)))
+        stats = self._policy_stats(batch, constants, rows, mask, keep, logprobs, trained)
+        stats.update(losses, entropy=float(masked_mean(entropy[trained], mask[trained])),
+                     trained_rows_frac=len(trained) / len(rows) if real else 0.0)
         self._warm_up_lr()
         stats["grad_norm"], skipped = _clip_and_step(self.policy, self.optimizer, self.cfg.max_grad_norm)
         stats["skipped_zero_grad"] = float(skipped)
         return stats
+
+    @property
+    def _skips_rows_without_gradient(self) -> bool:
+        """Whether a row's policy loss is only its PPO term (no KL loss term, no entropy bonus)."""
+        alg = self.cfg.algorithm
+        return alg.entropy_coef == 0 and (self.reference is None or alg.kl_in_reward)
+
+    def _rows_with_gradient(self, constants: _BatchConstants, rows: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """Positions into ``rows`` of the rows whose loss has a gradient; the others skip their forward
+        and backward, which leaves the update exactly as it was.
+
+        A row whose advantage is 0 at every kept token adds exactly 0 to the PPO term, whatever its
+        ratio: GRPO and RLOO give that advantage to every episode of a group that all succeeded or all
+        failed, most groups of a hard task. With a KL loss term or an entropy bonus every row counts.
+        """
+        if not self._skips_rows_without_gradient:
+            return torch.arange(len(rows))
+        moving = ((constants.advantages[rows] != 0) & (keep > 0)).any(dim=1)
+        return moving.nonzero().flatten().cpu()
 
     def _policy_backward(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, keep: torch.Tensor,
                          micro: MicroBatch, denominator: torch.Tensor) -> dict:
@@ -337,12 +370,19 @@ class Trainer:
                                      clip_eps_high=eps_high, dual_clip_c=alg.dual_clip_c or None)
 
     def _policy_stats(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, mask: torch.Tensor,
-                      keep: torch.Tensor, logprobs: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
-        """Statistics of the whole step, from the micro-batches' logprobs put back together."""
+                      keep: torch.Tensor, logprobs: torch.Tensor, trained: torch.Tensor) -> dict[str, float]:
+        """Statistics of the whole step, from the micro-batches' logprobs put back together: of the
+        rows at ``trained`` (positions into ``rows``), the only ones with logprobs; the sequence
+        mask's of every row when the proximal logprobs were computed for all."""
         alg = self.cfg.algorithm
+        if constants.proximal is not None:
+            _, stats = sequence_keep_mask(constants.proximal[rows], batch.behavior_logprobs[rows], mask,
+                                          alg.seq_mask_low, alg.seq_mask_high)
+        rows, mask, keep, logprobs = rows[trained], mask[trained], keep[trained], logprobs[trained]
         behavior = batch.behavior_logprobs[rows]
         proximal = constants.proximal[rows] if constants.proximal is not None else logprobs
-        _, stats = sequence_keep_mask(proximal, behavior, mask, alg.seq_mask_low, alg.seq_mask_high)
+        if constants.proximal is None:
+            _, stats = sequence_keep_mask(proximal, behavior, mask, alg.seq_mask_low, alg.seq_mask_high)
         anchor = proximal if alg.decoupled else behavior
         _, pg_stats = self._ppo_token_losses(logprobs, anchor, behavior, constants.advantages[rows], keep)
         stats.update(pg_stats)

@@ -34,6 +34,8 @@ LOSS_MASK = torch.tensor([
     [0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 0],
 ], dtype=torch.float32)
 LENGTHS = torch.tensor([13, 14, 7, 14])
+FLAT_GROUP_REWARDS = (1.0, 0.0, 0.5, 0.5)
+"""Group 1 all-equal: GRPO gives its rows advantage 0, and each rank skips its pass over them."""
 
 
 def make_cfg(lr: float = 1e-3, learner: dict | None = None, **algorithm) -> LearnerConfig:
@@ -352,6 +354,31 @@ def _assert_same_update(one, other) -> None:
         assert other_scalars[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
 
 
+@pytest.mark.parametrize("micro_batch_tokens", [0, 32])
+def test_rows_without_a_gradient_skip_their_pass_and_the_update_is_the_same(model_path, monkeypatch,
+                                                                           micro_batch_tokens):
+    def one_step(skip: bool):
+        with monkeypatch.context() as patch:
+            if not skip:
+                patch.setattr(Trainer, "_skips_rows_without_gradient", property(lambda self: False))
+            cfg = make_cfg(learner={"micro_batch_tokens": micro_batch_tokens}, loss_agg="seq-mean-token-mean")
+            trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
+            trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=0.1)  # the update is the gradient
+            batch = make_batch(trainer.policy, rewards=FLAT_GROUP_REWARDS)
+            forwarded = []
+            trainer.policy.register_forward_pre_hook(
+                lambda module, args, kwargs: forwarded.append(int(kwargs["attention_mask"].sum())), with_kwargs=True)
+            scalars = trainer.step(batch)
+            return scalars, full_parameters(trainer.policy), sum(forwarded)
+
+    (skipped, skipped_weights, skipped_tokens), (full, full_weights, full_tokens) = one_step(True), one_step(False)
+    assert (skipped["learner/trained_rows_frac"], full["learner/trained_rows_frac"]) == (0.5, 1.0)
+    assert skipped_tokens == int(LENGTHS[:2].sum()) and full_tokens == int(LENGTHS.sum())
+    # The flat group still counts in seq-mean's denominator: the same update, not a larger one.
+    assert max((skipped_weights[k] - full_weights[k]).abs().max().item() for k in full_weights) < 1e-6
+    assert skipped["optim/grad_norm"] == pytest.approx(full["optim/grad_norm"], rel=1e-5)
+
+
 def test_micro_batch_plan_keeps_to_the_token_budget():
     lengths = torch.tensor([13, 14, 7, 14, 30, 3])
     plan = plan_micro_batches(lengths, budget_tokens=28)
@@ -477,16 +504,19 @@ def test_negative_micro_batch_budget_is_a_clear_error():
 DATA_PARALLEL_CASE = dict(advantage="gae", kl_coef=0.1, minibatches=3, seq_mask_low=0.5)
 
 
-def _two_steps(trainer: Trainer) -> dict[str, torch.Tensor]:
-    batch = make_batch(trainer.policy)
+def _two_steps(trainer: Trainer, rewards: tuple[float, ...] = (1.0, 0.0, 0.0, 1.0)) -> dict[str, torch.Tensor]:
+    batch = make_batch(trainer.policy, rewards=rewards)
     for _ in range(2):
         trainer.step(batch)
-    policy = full_parameters(trainer.policy)
-    critic = full_parameters(trainer.critic.model)
-    return {**{f"policy.{k}": v for k, v in policy.items()}, **{f"critic.{k}": v for k, v in critic.items()}}
+    weights = {f"policy.{k}": v for k, v in full_parameters(trainer.policy).items()}
+    if trainer.critic is not None:
+        weights.update({f"critic.{k}": v for k, v in full_parameters(trainer.critic.model).items()})
+    return weights
 
 
 def _data_parallel_cfg(micro_batch_tokens: int, optimizer: str = "adamw") -> LearnerConfig:
+    if optimizer == "grpo-sgd":  # no KL or entropy term: rows without a gradient are skipped
+        return make_cfg(lr=0.1, learner={"max_grad_norm": 1e9, "micro_batch_tokens": micro_batch_tokens})
     if optimizer == "sgd":  # no clipping: it would hide a gradient off by a constant factor
         return make_cfg(lr=0.1, learner={"max_grad_norm": 1e9}, **DATA_PARALLEL_CASE)
     if not micro_batch_tokens:
@@ -501,7 +531,7 @@ def _build_for_data_parallel(model_path: str, cfg: LearnerConfig, optimizer: str
     divides each gradient by its own scale, so a gradient off by the number of ranks would make
     nearly the same AdamW update; SGD's update is the gradient times the learning rate."""
     trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
-    if optimizer == "sgd":
+    if optimizer.endswith("sgd"):
         trainer.optimizer = torch.optim.SGD(trainer.policy.parameters(), lr=cfg.lr)
         if trainer.critic is not None:
             trainer.critic.optimizer = torch.optim.SGD(trainer.critic.model.parameters(), lr=cfg.lr)
@@ -513,18 +543,23 @@ def _train_on_rank(rank: int, world_size: int, port: int, model_path: str, out_f
     torch.set_num_threads(1)
     init_process_group(rank, world_size, "127.0.0.1", port)
     cfg = _data_parallel_cfg(micro_batch_tokens, optimizer)
-    weights = _two_steps(_build_for_data_parallel(model_path, cfg, optimizer))
+    weights = _two_steps(_build_for_data_parallel(model_path, cfg, optimizer), _rewards_of(optimizer))
     if rank == 0:
         save_file({k: v.contiguous() for k, v in weights.items()}, out_file)
     dist.destroy_process_group()
 
 
+def _rewards_of(optimizer: str) -> tuple[float, ...]:
+    return FLAT_GROUP_REWARDS if optimizer == "grpo-sgd" else (1.0, 0.0, 0.0, 1.0)
+
+
 @pytest.mark.slow  # two fresh processes importing torch and transformers: ~15 s on 2 cores
-@pytest.mark.parametrize(("micro_batch_tokens", "optimizer"), [(0, "adamw"), (26, "adamw"), (0, "sgd")])
+@pytest.mark.parametrize(("micro_batch_tokens", "optimizer"),
+                         [(0, "adamw"), (26, "adamw"), (0, "sgd"), (0, "grpo-sgd"), (26, "grpo-sgd")])
 def test_two_ranks_make_the_same_update_as_one(model_path, tmp_path, micro_batch_tokens, optimizer):
     cfg = dataclasses.replace(_data_parallel_cfg(micro_batch_tokens, optimizer), micro_batch_tokens=0)
     initial = {f"policy.{k}": v for k, v in full_parameters(load_sharded_model(model_path, "float32")).items()}
-    one = _two_steps(_build_for_data_parallel(model_path, cfg, optimizer))
+    one = _two_steps(_build_for_data_parallel(model_path, cfg, optimizer), _rewards_of(optimizer))
     out_file = str(tmp_path / "two_ranks.safetensors")
     mp.spawn(_train_on_rank, args=(2, free_port(), model_path, out_file, micro_batch_tokens, optimizer), nprocs=2,
              join=True)
@@ -561,7 +596,8 @@ def _uneven_batch(policy) -> Batch:
 
 
 def _uneven_cfg(micro_batch_tokens: int, optimizer: str, reduce_gradients: str = "once_per_step") -> LearnerConfig:
-    learner = {"micro_batch_tokens": micro_batch_tokens, "reduce_gradients": reduce_gradients}
+    # Free widths (no rounding to 64): the token budget of 10 then groups the short rows as planned above.
+    learner = {"micro_batch_tokens": micro_batch_tokens, "reduce_gradients": reduce_gradients, "width_multiple": 1}
     if optimizer == "sgd":  # no clipping: it would hide a gradient off by a constant factor
         return make_cfg(lr=0.1, learner={**learner, "max_grad_norm": 1e9}, **UNEVEN_CASE)
     return make_cfg(learner=learner, **UNEVEN_CASE)
