@@ -103,12 +103,14 @@ class RouteWalk:
     def __init__(self, http: httpx.Client) -> None:
         self.http = http
         self.answers: dict[tuple[str, str], dict[int, httpx.Response]] = defaultdict(dict)
+        self.malformed = 0  # answers of FastAPI's request validation (a list of problems as the detail)
 
     def expect(self, status: int, method: str, route: str, json: Any = None, params: dict[str, Any] | None = None,
                **path: str) -> httpx.Response:
         response = self.http.request(method, route.format(**path), json=json, params=params)
         assert response.status_code == status, f"{method} {route} {path}: {response.status_code} {response.text[:300]}"
         self.answers[(method, route)][status] = response
+        self.malformed += status == 422 and isinstance(response.json().get("detail"), list)
         return response
 
 
@@ -204,6 +206,8 @@ def test_every_status_the_walk_provokes_is_documented_for_its_route(hub: httpx.C
                 assert _fits(response.json(), documented[str(status)], spec), f"{method} {route} {status} body"
     health = hub.get("/health").json()
     assert health["status"] == "ok" and health["sessions"] == 0  # every failure above closed its session
+    # Each malformed request is counted, the mounted viewer's too (its own app, the hub's counts).
+    assert health["stats"]["errors"]["malformed_request"] == walk.malformed
 
 
 def test_without_the_token_every_route_answers_a_documented_401(monkeypatch: pytest.MonkeyPatch,
