@@ -165,10 +165,9 @@ class Trainer:
         for _ in range(self.cfg.algorithm.ppo_epochs):
             for share in self._shares(batch.token_ids.shape[0]):
                 rows, real = self._my_rows(share, lengths)
-                micro_batches = self._micro_batches(batch, rows)
-                stats = self._update_policy(batch, constants, rows, real, micro_batches)
+                stats = self._update_policy(batch, constants, rows, real)
                 if self.critic is not None:
-                    stats.update(self._update_critic(batch, constants, rows, real, micro_batches))
+                    stats.update(self._update_critic(batch, constants, rows, real, self._micro_batches(batch, rows)))
                 updates.append(stats)
         scalars = _scalars(updates, constants.scalars)
         scalars["optim/lr"] = self.optimizer.param_groups[0]["lr"]
@@ -282,20 +281,19 @@ class Trainer:
         dummy = MicroBatch(torch.zeros(1, dtype=torch.long), max(1, min(2, int(lengths[0]))), True)
         return plan + [dummy] * (int(count) - len(plan))
 
-    def _update_policy(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, real: bool,
-                       micro_batches: list[MicroBatch]) -> dict[str, float]:
+    def _update_policy(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor,
+                       real: bool) -> dict[str, float]:
         alg = self.cfg.algorithm
         behavior = batch.behavior_logprobs[rows]
         mask = batch.loss_mask[rows] * float(real)
         proximal = constants.proximal[rows] if constants.proximal is not None else None
-        keep = mask
+        keep, seq_stats = mask, None
         if proximal is not None:  # else no sequence mask (see _batch_constants): all rows stay
-            keep_rows, _ = sequence_keep_mask(proximal, behavior, mask, alg.seq_mask_low, alg.seq_mask_high)
+            keep_rows, seq_stats = sequence_keep_mask(proximal, behavior, mask, alg.seq_mask_low, alg.seq_mask_high)
             keep = mask * keep_rows[:, None].to(mask.dtype)
         denominator = self._denominator(keep, real)  # of every row: skipped ones stay in the average
         trained = self._rows_with_gradient(constants, rows, keep)
-        if self._skips_rows_without_gradient:  # on every rank, whatever its rows: planning is a collective
-            micro_batches = self._micro_batches(batch, rows, trained)
+        micro_batches = self._micro_batches(batch, rows, trained)
         self.optimizer.zero_grad(set_to_none=True)
         logprobs, entropy = torch.zeros_like(mask), torch.zeros_like(mask)
         losses = {"loss": 0.0, "pg_loss": 0.0}
@@ -308,7 +306,8 @@ class Trainer:
             if not micro.dummy:
                 logprobs[micro.positions, :micro.width] = out["logprobs"]
                 entropy[micro.positions, :micro.width] = out["entropy"]
-        stats = self._policy_stats(batch, constants, rows, mask, keep, logprobs, trained)
+        stats = self._policy_stats(batch, constants, rows[trained], mask[trained], keep[trained], logprobs[trained],
+                                   seq_stats)
         stats.update(losses, entropy=float(masked_mean(entropy[trained], mask[trained])),
                      trained_rows_frac=len(trained) / len(rows) if real else 0.0)
         self._warm_up_lr()
@@ -370,19 +369,16 @@ class Trainer:
                                      clip_eps_high=eps_high, dual_clip_c=alg.dual_clip_c or None)
 
     def _policy_stats(self, batch: Batch, constants: _BatchConstants, rows: torch.Tensor, mask: torch.Tensor,
-                      keep: torch.Tensor, logprobs: torch.Tensor, trained: torch.Tensor) -> dict[str, float]:
-        """Statistics of the whole step, from the micro-batches' logprobs put back together: of the
-        rows at ``trained`` (positions into ``rows``), the only ones with logprobs; the sequence
-        mask's of every row when the proximal logprobs were computed for all."""
+                      keep: torch.Tensor, logprobs: torch.Tensor,
+                      seq_stats: dict[str, float] | None) -> dict[str, float]:
+        """Statistics of the step over the rows it trained (the only ones with logprobs, put back
+        together from the micro-batches); ``seq_stats``: the sequence mask's, of every row, when the
+        proximal logprobs were there to compute it, else computed here from these rows' own."""
         alg = self.cfg.algorithm
-        if constants.proximal is not None:
-            _, stats = sequence_keep_mask(constants.proximal[rows], batch.behavior_logprobs[rows], mask,
-                                          alg.seq_mask_low, alg.seq_mask_high)
-        rows, mask, keep, logprobs = rows[trained], mask[trained], keep[trained], logprobs[trained]
         behavior = batch.behavior_logprobs[rows]
         proximal = constants.proximal[rows] if constants.proximal is not None else logprobs
-        if constants.proximal is None:
-            _, stats = sequence_keep_mask(proximal, behavior, mask, alg.seq_mask_low, alg.seq_mask_high)
+        stats = dict(seq_stats) if seq_stats is not None else \
+            sequence_keep_mask(proximal, behavior, mask, alg.seq_mask_low, alg.seq_mask_high)[1]
         anchor = proximal if alg.decoupled else behavior
         _, pg_stats = self._ppo_token_losses(logprobs, anchor, behavior, constants.advantages[rows], keep)
         stats.update(pg_stats)

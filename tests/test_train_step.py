@@ -620,8 +620,7 @@ def _train_uneven_on_rank(rank: int, port: int, model_path: str, out_dir: str, o
     reduce_scatter = dist.reduce_scatter_single
     dist.reduce_scatter_single = lambda *a, **k: reductions.append(1) or reduce_scatter(*a, **k)
     plan = trainer._micro_batches
-    trainer._micro_batches = lambda batch, rows: widths.append([(m.width, m.dummy) for m in plan(batch, rows)]) \
-        or plan(batch, rows)
+    trainer._micro_batches = lambda *args: widths.append([(m.width, m.dummy) for m in plan(*args)]) or plan(*args)
     weights = _uneven_steps(trainer)
     dist.reduce_scatter_single = reduce_scatter
     if rank == 0:
