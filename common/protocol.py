@@ -3,9 +3,9 @@
 Every message travels as msgpack: ``{"type": <name>, "schema": SCHEMA_VERSION, "body": {...}}``.
 Arrays travel as ``{"dtype": "<i4", "shape": [n], "data": <raw little-endian bytes>}``, never as
 Python lists: a 30k-token trajectory as a list of ints is ~5x larger and ~50x slower to decode.
-No pickle anywhere. ``decode`` validates every field against the declared type annotation (with the
-config's validator, ``common/typed_build.py``, behind msgspec's typed decoding of well-formed frames,
-``common/wire_fast_path.py``) and what it means (``common/wire_checks.py``), and raises
+No pickle anywhere. ``decode`` validates every field against the declared type annotation (msgspec
+structs made from these classes, ``common/wire_decoder.py``) and what it means
+(``common/wire_checks.py``), and raises
 ``ProtocolError`` (one error type) for anything malformed, so receivers can reject and count bad
 messages instead of crashing.
 """
@@ -15,17 +15,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from common import typed_build, wire_checks, wire_fast_path, wire_payloads
+from common import wire_checks, wire_decoder, wire_payloads
 
-MAX_ARRAY_DIMS = 2
-"""Every array on the wire is 1-D or 2-D (``turn_spans``)."""
 SCHEMA_VERSION = 2
 """2: a ``Trajectory``'s outcome fields are required, ``finish_reason`` is a closed set, status
 ``actor_error``."""
@@ -294,19 +291,12 @@ def screened_together(message: Any) -> bool:
 
 
 def _decode_unchecked(data: bytes | memoryview, expected: type | tuple[type, ...] | None) -> Any:
-    """The message in ``data``, well typed but not yet checked for meaning."""
-    # The fast path takes a well-formed frame; anything it doubts gets unpacked and checked field
-    # by field, which names what is wrong.
-    message = _fast_decoder().decode(data)
-    if message is None:
-        return _decode_checked(data, expected)
-    _check_expected(type(message), expected)
-    return message
-
-
-def _check_expected(cls: type, expected: type | tuple[type, ...] | None) -> None:
-    if expected is not None and not issubclass(cls, expected):
-        raise ProtocolError(f"unexpected message type {cls.__name__} here", "unexpected_type")
+    """The message in ``data``, well typed but not yet checked for meaning; a message of a type not
+    ``expected`` here is refused before anything in its body is read."""
+    try:
+        return _decoder().decode(data, expected)
+    except wire_decoder.DecodeError as exc:
+        raise ProtocolError(str(exc), exc.reason) from None
 
 
 def _check(message: Any, arrays_screened: bool = False) -> None:
@@ -322,36 +312,8 @@ def _check(message: Any, arrays_screened: bool = False) -> None:
 
 
 @functools.cache
-def _fast_decoder() -> wire_fast_path.FastDecoder:
-    return wire_fast_path.FastDecoder(MESSAGE_TYPES.values(), SCHEMA_VERSION)
-
-
-_ENVELOPE_KEYS = frozenset({"type", "schema", "body"})
-
-
-def _decode_checked(data: bytes | memoryview, expected: type | tuple[type, ...] | None = None) -> Any:
-    """The message in ``data``, unpacked whole and built field by field; ``ProtocolError`` says
-    what is wrong (a message of a type not ``expected`` here, before anything in its body)."""
-    try:
-        envelope = wire_fast_path.unpack(data)
-    except Exception as exc:  # msgpack raises several unrelated types for garbage input
-        raise ProtocolError(f"not valid msgpack: {exc}", "not_msgpack") from None
-    if not isinstance(envelope, dict) or envelope.keys() != _ENVELOPE_KEYS:
-        raise ProtocolError("envelope must be a map with exactly type, schema, body", "bad_envelope")
-    if envelope["schema"] != SCHEMA_VERSION:
-        raise ProtocolError(f"schema version {envelope['schema']!r}, this build speaks {SCHEMA_VERSION}",
-                            "schema_version")
-    cls = MESSAGE_TYPES.get(envelope["type"]) if isinstance(envelope["type"], str) else None
-    if cls is None:
-        raise ProtocolError(f"unknown message type {envelope['type']!r}; known: {sorted(MESSAGE_TYPES)}",
-                            "unknown_type")
-    _check_expected(cls, expected)
-    return _build(cls, envelope["body"], cls.__name__)
-
-
-def _build(cls: type, body: Any, where: str) -> Any:
-    """The field-by-field check (``common/typed_build.py``): accepts, or says exactly what is wrong."""
-    return typed_build.build(cls, body, where, _WIRE)
+def _decoder() -> wire_decoder.Decoder:
+    return wire_decoder.Decoder(MESSAGE_TYPES.values(), SCHEMA_VERSION)
 
 
 @functools.cache
@@ -362,68 +324,3 @@ def _array_fields(type_name: str) -> frozenset[str]:
 
 def _array_dtype(f: dataclasses.Field) -> np.dtype | None:
     return f.metadata.get("dtype")
-
-
-_ARRAY_KEYS = frozenset({"dtype", "shape", "data"})
-
-
-def _decode_array(value: Any, dtype: np.dtype, where: str) -> np.ndarray:
-    if not isinstance(value, dict) or value.keys() != _ARRAY_KEYS:
-        raise ProtocolError(f"{where}: array must be a map of dtype, shape, data", "bad_array")
-    if value["dtype"] != dtype.str:
-        raise ProtocolError(f"{where}: dtype {value['dtype']!r}, expected {dtype.str!r}", "bad_array")
-    shape = value["shape"]
-    # type, not isinstance: a bool is no size
-    if not isinstance(shape, list) or not 1 <= len(shape) <= MAX_ARRAY_DIMS or \
-            not all(type(d) is int and 0 <= d <= wire_checks.MAX_DIMENSION_LENGTH for d in shape):
-        raise ProtocolError(f"{where}: bad shape {shape!r}", "bad_array")
-    data = value["data"]
-    # Python ints: a shape like [2**32, 2**32] must not wrap to 0 elements as it would in int64.
-    expected_nbytes = math.prod(shape) * dtype.itemsize
-    if not isinstance(data, (bytes, memoryview)) or len(data) != expected_nbytes:
-        got = len(data) if isinstance(data, (bytes, memoryview)) else type(data).__name__
-        raise ProtocolError(f"{where}: {got} bytes of data for shape {shape} ({expected_nbytes} expected)",
-                            "bad_array")
-    array = np.frombuffer(data, dtype=dtype)
-    return array if len(shape) == 1 else array.reshape(shape)
-
-
-def _array_check(f: dataclasses.Field, hint: Any) -> typed_build.Check | None:
-    dtype = _array_dtype(f)
-    return None if dtype is None else lambda value, where: _decode_array(value, dtype, where)
-
-
-def _check_scalar(value: Any, hint: Any, where: str) -> Any:
-    if hint is type(None):
-        if value is not None:
-            raise ProtocolError(f"{where}: expected nil")
-        return None
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value):  # NaN compares false with every bound a check sets
-            raise ProtocolError(f"{where}: {value!r} is not a finite number", "out_of_range")
-        return float(value)
-    if hint in (int, float) and isinstance(value, bool):
-        raise ProtocolError(f"{where}: expected {hint.__name__}, got bool")
-    if not isinstance(value, hint):
-        raise ProtocolError(f"{where}: expected {hint.__name__}, got {type(value).__name__}")
-    return value
-
-
-def _names(keys: list[str], shown: int = 5, chars: int = 40) -> str:
-    """A peer's key names in an error, bounded: it may send thousands, each megabytes long."""
-    cut = [key if len(key) <= chars else key[:chars] + "..." for key in sorted(keys)[:shown]]
-    return f"{cut} and {len(keys) - shown} more" if len(keys) > shown else str(cut)
-
-
-_WIRE = typed_build.Dialect(
-    error=ProtocolError,
-    shown=lambda value: type(value).__name__,  # never the value: a hostile peer's may be megabytes
-    mapping="map",
-    scalar=_check_scalar,
-    unknown_keys=lambda where, unknown, valid: f"{where}: unknown fields {_names(unknown)}",
-    no_match=lambda where, value, hint, errors: ProtocolError(f"{where}: {type(value).__name__} matches none of "
-                                                              f"{hint}"),
-    field_check=_array_check,
-    top="message",
-)
-"""How the wire words and raises what the shared checks find (reason ``bad_field`` unless said)."""

@@ -1,14 +1,11 @@
-"""Plain data into frozen dataclasses, checked against their type hints: one validator for the run
-config (``common/config/``) and the wire protocol (``common/protocol.py``).
+"""Plain data into frozen dataclasses, checked against their type hints: the run config's validator
+(``common/config/``; the wire has its own decoder, ``common/wire_decoder.py``).
 
 ``build(cls, data, where, dialect)`` rejects unknown and missing keys, checks every value against
 its field's hint (``str``, ``int``, ``float``, ``bool``, ``Any``, ``Literal[...]``, ``list[X]``,
 ``dict[str, X]``, unions, nested dataclasses) and constructs ``cls``. Errors name where the value
-sits (``learner.algorithm.loss_agg``, ``Trajectory.status``). What differs between the callers is
-a ``Dialect``: the error type and reason each raises, how it shows a bad value (the config echoes
-it; the wire names only its type, since a hostile peer's value may be megabytes), how it takes a
-scalar (the config reads ``1e-3`` written as a string as a float; the wire wants finite numbers),
-and fields it decodes itself (the wire's arrays).
+sits (``learner.algorithm.loss_agg``). The ``Dialect`` says how errors are raised and worded, how a
+bad value is shown and how a scalar is taken (the config reads ``1e-3`` written as a string as a float).
 
 Checks are compiled once per (hint, dialect) and a dataclass's fields once per (class, dialect):
 ``typing``'s introspection costs more than the checks themselves.
@@ -44,8 +41,6 @@ class Dialect:
     """``(where, unknown keys in order, valid keys sorted) -> message``."""
     no_match: Callable[[str, Any, Any, list[Exception]], Exception]
     """``(where, value, union hint, each option's error) -> exception`` when no option of a union fits."""
-    field_check: Callable[[dataclasses.Field, Any], Check | None] = lambda field, hint: None
-    """A check of its own for a field (the wire's arrays), or None for the hint's."""
     top: str = "config"
     """What ``where`` is called when empty (the root of the tree)."""
 
@@ -89,7 +84,7 @@ class _Schema:
 def _schema(cls: type, dialect: Dialect) -> _Schema:
     hints = typing.get_type_hints(cls)
     fields = dataclasses.fields(cls)
-    checks = {f.name: dialect.field_check(f, hints[f.name]) or checker(hints[f.name], dialect) for f in fields}
+    checks = {f.name: checker(hints[f.name], dialect) for f in fields}
     required = frozenset(f.name for f in fields
                          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
     return _Schema(checks, required)

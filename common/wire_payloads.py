@@ -1,6 +1,6 @@
 """Array payloads on the wire, packed aligned so that a receiver can use them in place.
 
-The receiver's fast path (``common/wire_fast_path.py``) leaves every array's bytes in the frame
+The receiver's decoder (``common/wire_decoder.py``) leaves every array's bytes in the frame
 it received, as a read-only view: copying them out cost most of what decoding a 30k-token
 ``Trajectory`` cost (0.4 MB into fresh memory per episode, and glibc hands freed pages back to
 the kernel, so each copy also took ~100 page faults).

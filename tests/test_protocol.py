@@ -125,6 +125,19 @@ def test_a_rejection_never_repeats_a_hostile_value(body):
     assert caught.value.reason == "bad_field" and len(str(caught.value)) < 1000
 
 
+def test_a_hostile_message_type_name_is_not_repeated_either():
+    with pytest.raises(ProtocolError) as caught:
+        decode(_envelope(_body(), type_="T" * (1 << 20)))
+    assert caught.value.reason == "unknown_type" and len(str(caught.value)) < 1000
+
+
+def test_a_nested_record_says_which_item_is_wrong():
+    slots = [{"name": "w", "shape": [2], "dtype": "bfloat16", "bucket": 0, "offset_bytes": 0, "nbytes": 4},
+             {"name": "b", "shape": [2], "dtype": "bfloat16", "bucket": 0, "offset_bytes": "4", "nbytes": 4}]
+    with pytest.raises(ProtocolError, match=r"WeightsAnnounce.slots\[1\].offset_bytes: Expected `int`, got `str`"):
+        decode(_envelope({"version": 1, "bucket_nbytes": [8], "slots": slots}, type_="WeightsAnnounce"))
+
+
 def test_expected_type_is_enforced():
     with pytest.raises(ProtocolError, match="unexpected message type"):
         decode(encode(Control(command="stop")), Trajectory)

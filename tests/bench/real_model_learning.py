@@ -14,7 +14,7 @@ own noise), kept short, since its training steps change nothing. Curves stay in
 ``<output_dir>/<env>.json``.
 
     .venv/bin/python -m tests.bench.real_model_learning [--minutes 50] [--only babyai|textcraft]
-        [--control-minutes 8] [--output-dir DIR]
+        [--control-minutes 8] [--output-dir DIR] [--section.key value ...]
 """
 
 from __future__ import annotations
@@ -50,17 +50,19 @@ def launch(name: str, config: str, output_dir: Path, minutes: float, extra: tupl
     return time.time() - started_s
 
 
-def evaluate(name: str, config: str, output_dir: Path) -> tuple[float, dict]:
-    """``launch.py --evaluate`` on run ``name``'s final checkpoint: (wall time, its held-out round)."""
+def evaluate(name: str, config: str, output_dir: Path, overrides: list[str]) -> tuple[float, dict] | None:
+    """``launch.py --evaluate`` on run ``name``'s final checkpoint: (wall time, its held-out round);
+    None for a run that saved none (its time ran out in its first validation round)."""
     started_s = time.time()
     summary = json.loads((output_dir / name / "summary.json").read_text())
-    if "checkpoint" not in summary:  # a run whose time ran out in its first validation round
-        raise RuntimeError(f"{name} saved no checkpoint ({summary['step']} steps in {summary['wall_s']:.0f} s): "
-                           "give it more minutes")
+    if "checkpoint" not in summary:
+        print(f"{name} saved no checkpoint ({summary['step']} steps in {summary['wall_s']:.0f} s): only its "
+              "validation round on the untrained policy is reported", flush=True)
+        return None
     model = Path(summary["checkpoint"]) / "hf"
     command = [sys.executable, "launch.py", "--config", config, "--output-dir", str(output_dir),
                "--run-name", f"{name}-evaluate", "--evaluate", str(model)]
-    proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([*command, *overrides], cwd=REPO, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{name} --evaluate failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     [held_out] = json.loads((output_dir / f"{name}-evaluate" / "summary.json").read_text())["eval"]
@@ -79,11 +81,12 @@ def curves(run_dir: Path, env_id: str) -> dict:
     acc = EventAccumulator(str(run_dir / "tb"))
     acc.Reload()
     scalars = acc.Tags()["scalars"]
-    evals = sorted((e.step, e.value) for e in acc.Scalars(f"eval/{env_id}/success"))
-    train = [round(e.value, 3) for e in acc.Scalars("rollout/success")]
 
-    def per_step(tag: str) -> list[float]:
+    def per_step(tag: str) -> list[float]:  # none for a run that took no step
         return [round(e.value, 3) for e in acc.Scalars(tag)] if tag in scalars else []
+
+    evals = sorted((e.step, e.value) for e in acc.Scalars(f"eval/{env_id}/success"))
+    train = per_step("rollout/success")
 
     valid, accepted = per_step("rollout/valid_action_frac"), per_step("rollout/accepted_action_frac")
 
@@ -105,25 +108,28 @@ def main() -> None:
     parser.add_argument("--control-minutes", type=float, default=8.0, help="wall time of each lr-0 control")
     parser.add_argument("--only", choices=sorted(RUNS), action="append", help="run only these")
     parser.add_argument("--output-dir", type=Path, default=REPO / "runs" / "real_model_learning")
-    args = parser.parse_args()
+    args, overrides = parser.parse_known_args()  # --section.key value: passed to every run of the config
     for name in args.only or sorted(RUNS):
         config, env_id = RUNS[name]
         results, drawn = [], {}
         for run_name, minutes, extra in ((name, args.minutes, ()),
                                          (f"{name}-lr0", args.control_minutes, ("--learner.lr", "0"))):
-            wall_s = launch(run_name, config, args.output_dir, minutes, (*extra, "--learner.eval_at_end", "false"))
-            eval_wall_s, held_out = evaluate(run_name, config, args.output_dir)
+            wall_s = launch(run_name, config, args.output_dir, minutes,
+                            (*overrides, *extra, "--learner.eval_at_end", "false"))
+            evaluated = evaluate(run_name, config, args.output_dir, overrides)
+            eval_wall_s, held_out = evaluated if evaluated is not None else (0.0, {})
             after = {k.rsplit("/", 1)[1]: round(v, 4) for k, v in held_out.items() if k.startswith(f"eval/{env_id}/")}
             results.append({"run": run_name, "env": env_id, "wall_s": round(wall_s),
                             "evaluate_wall_s": round(eval_wall_s),
                             **curves(args.output_dir / run_name, env_id), "evaluate_after": after,
                             "eval_success_after": after.get("success")})
-            drawn[run_name] = with_final_round(read_run(args.output_dir / run_name / "tb", env_id), after)
+            run = read_run(args.output_dir / run_name / "tb", env_id)
+            drawn[run_name] = with_final_round(run, after) if after else run
             print(json.dumps(results[-1]), flush=True)
-        (args.output_dir / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
-        png = plot_runs(drawn, args.output_dir / f"{name}.png", f"SmolLM2-135M-Instruct on {env_id} ({config})")
+            # Written after each run: a later one that fails leaves the earlier ones' figures.
+            (args.output_dir / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+            png = plot_runs(drawn, args.output_dir / f"{name}.png", f"SmolLM2-135M-Instruct on {env_id} ({config})")
         print(f"curves: {png}", flush=True)
-
 
 if __name__ == "__main__":
     main()
