@@ -309,14 +309,24 @@ def check_weights_announce(m: Any) -> None:
 
 
 def _check_slot(slot: Any, bucket_nbytes: list[int]) -> None:
-    where = f"slot {slot.name!r}"
-    require(slot.dtype in WEIGHT_DTYPE_BYTES, "bad_slots", f"{where}: dtype {slot.dtype!r} is not a weight dtype")
-    require(all(0 <= d < 2**31 for d in slot.shape), "bad_slots", f"{where}: bad shape {slot.shape}")
+    # The peer's name and dtype shown cut short, its shape only once it is short: any may be megabytes.
+    where = f"slot {_cut(slot.name)!r}"
+    require(slot.dtype in WEIGHT_DTYPE_BYTES, "bad_slots", f"{where}: dtype {_cut(slot.dtype)!r} is not a weight dtype")
+    require(len(slot.shape) <= MAX_WEIGHT_DIMS and all(0 <= d < 2**31 for d in slot.shape), "bad_slots",
+            f"{where}: bad shape (at most {MAX_WEIGHT_DIMS} dimensions, each 0 to 2**31 - 1)")
     require(slot.nbytes == math.prod(slot.shape) * WEIGHT_DTYPE_BYTES[slot.dtype], "bad_slots",
             f"{where}: {slot.nbytes} bytes for shape {slot.shape} of {slot.dtype}")
     require(0 <= slot.bucket < len(bucket_nbytes), "bad_slots", f"{where}: no bucket {slot.bucket}")
     require(0 <= slot.offset_bytes and slot.offset_bytes + slot.nbytes <= bucket_nbytes[slot.bucket], "bad_slots",
             f"{where}: bytes [{slot.offset_bytes}, +{slot.nbytes}) outside its bucket")
+
+
+MAX_WEIGHT_DIMS = 8
+"""The most dimensions a parameter's shape may have (a model's have up to 5)."""
+
+
+def _cut(text: str, chars: int = 40) -> str:
+    return text if len(text) <= chars else text[:chars] + "..."
 
 
 def check_control(m: Any) -> None:

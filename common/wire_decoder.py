@@ -138,7 +138,9 @@ class Decoder:
         try:
             envelope = self._envelope.decode(frame)
         except msgspec.ValidationError as exc:
-            _, path = _split(str(exc))
+            text = str(exc)
+            # An unknown key: at the top, where msgspec writes no path (a path in the text is the peer's).
+            path = "$" if text.startswith("Object contains unknown field") else _split(text)[1]
             if path == "$.schema":
                 raise DecodeError(f"schema version is no integer, this build speaks {self._schema}",
                                   "schema_version") from None
@@ -161,7 +163,7 @@ class Decoder:
         try:
             struct = plan.decoder.decode(body)
         except msgspec.ValidationError as exc:
-            raise _validation_error(cls, str(exc)) from None
+            raise _validation_error(cls, str(exc), body) from None
         except Exception as exc:  # an extension type, or bytes msgspec cannot parse
             raise DecodeError(f"{cls.__name__}: not valid msgpack: {exc}", "not_msgpack") from None
         return plan.build(struct)
@@ -201,7 +203,10 @@ def _body_struct(cls: type) -> tuple[type, list, list, list]:
             loose_maps.append(f.name)
         elif typing.get_origin(hints[f.name]) is list and dataclasses.is_dataclass(typing.get_args(hints[f.name])[0]):
             item_cls = typing.get_args(hints[f.name])[0]
-            wire_type = list[_body_struct(item_cls)[0]]
+            item_body, *item_specials = _body_struct(item_cls)
+            if any(item_specials):  # ``build`` makes a nested record of plain fields only
+                raise TypeError(f"{cls.__name__}.{f.name}: a nested record's arrays, maps and lists have no wire form")
+            wire_type = list[item_body]
             nested.append((f.name, item_cls))
         else:
             wire_type = _wire_type(hints[f.name], f"{cls.__name__}.{f.name}")
@@ -245,19 +250,27 @@ def _wire_default(f: dataclasses.Field, wire_type: Any) -> Any:
 
 # ---------------------------------------------------------------------------------- errors
 
-_AT = re.compile(r"^(.*?)(?: - at `(\$[^`]*)`)?$", re.DOTALL)
+_AT = re.compile(r"^(.*?)(?: - at (?:`key` in )?`([^`]*)`)?$", re.DOTALL)
+_PATH = re.compile(r"\$(?:\.\w+|\[\d+\]|\[\.\.\.\])*")
+"""A path msgspec writes: declared names, indices, ``[...]`` for a map's key; never a peer's text."""
 
 
 def _split(text: str) -> tuple[str, str]:
-    """msgspec's error text as (what, where): ``Expected `int`, got `str` - at `$.body.x```."""
+    """msgspec's error text as (what, where): ``Expected `int`, got `str` - at `$.x```. msgspec
+    writes no path for an error at the top of what it decodes, so a path a peer wrote into an
+    unknown key's name could look like one: only the last one counts, and only if this side could
+    have written it."""
     what, where = _AT.match(text).groups()
-    return what, where or "$"
+    return (what, where) if where is not None and _PATH.fullmatch(where) else (text if where else what, "$")
 
 
-def _validation_error(cls: type, text: str) -> DecodeError:
-    """msgspec's ``ValidationError`` on a body of ``cls``, in the wire's words and reasons. Its paths
-    hold only names this side declares and indices (a map's keys show as ``[...]``)."""
+def _validation_error(cls: type, text: str, body: msgspec.Raw) -> DecodeError:
+    """msgspec's ``ValidationError`` on ``body``, a body of ``cls``, in the wire's words and reasons."""
     what, path = _split(text)
+    # An unknown key at the top, where msgspec writes no path: whatever follows its name is the peer's.
+    key = _unknown_top_level_key(cls, body) if text.startswith("Object contains unknown field") else None
+    if key is not None:
+        return DecodeError(f"{cls.__name__}: unknown fields [{_cut(key)!r}]", "bad_field")
     where = cls.__name__ + path[1:]
     field_name = re.match(r"\$\.?(\w*)", path).group(1)
     hint = _hints(cls).get(field_name)
@@ -286,6 +299,15 @@ def _validation_error(cls: type, text: str) -> DecodeError:
         return DecodeError(f"{where}: not a finite number", "out_of_range")
     # What is left is msgspec's own words on types (``Expected `int`, got `str```): no peer's value.
     return DecodeError(f"{where}: {what[:200]}", "bad_field")
+
+
+def _unknown_top_level_key(cls: type, body: msgspec.Raw) -> str | None:
+    try:
+        keys = msgspec.msgpack.decode(body, type=dict[str, msgspec.Raw])
+    except Exception:
+        return None
+    declared = {f.name for f in dataclasses.fields(cls)}
+    return next((key for key in keys if key not in declared), None)
 
 
 @functools.cache

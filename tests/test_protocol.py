@@ -117,6 +117,9 @@ def test_malformed_messages_raise_protocol_error(data, fragment):
     _body(status="x" * (1 << 20)),  # a closed choice
     _body(score="x" * (1 << 20)),  # a union (float | None)
     _body(**{f"{i:04d}" + "k" * (1 << 12): 1 for i in range(1000)}),  # unknown fields
+    # An unknown key that writes a path of its own into msgspec's words (none is written at the top).
+    _body(**{"z` - at `$" + "C" * (1 << 20): 1}),
+    _body(**{"z` - at `$.token_ids": 1}),  # nor does it pick the reason
 ])
 def test_a_rejection_never_repeats_a_hostile_value(body):
     """The reason is logged and counted: megabytes a peer sent must not end up in it."""
@@ -136,6 +139,15 @@ def test_a_nested_record_says_which_item_is_wrong():
              {"name": "b", "shape": [2], "dtype": "bfloat16", "bucket": 0, "offset_bytes": "4", "nbytes": 4}]
     with pytest.raises(ProtocolError, match=r"WeightsAnnounce.slots\[1\].offset_bytes: Expected `int`, got `str`"):
         decode(_envelope({"version": 1, "bucket_nbytes": [8], "slots": slots}, type_="WeightsAnnounce"))
+
+
+def test_a_hostile_weight_slot_is_not_repeated():
+    long_names = TensorSlot("w" * (1 << 20), [2], "x" * (1 << 20), 0, 0, 4)
+    long_shape = TensorSlot("w", [2] * (1 << 16), "bfloat16", 0, 0, 4)
+    for slot in (long_names, long_shape):
+        with pytest.raises(ProtocolError) as caught:
+            decode(encode(WeightsAnnounce(1, [8], [slot])))
+        assert caught.value.reason == "bad_slots" and len(str(caught.value)) < 1000
 
 
 def test_expected_type_is_enforced():
