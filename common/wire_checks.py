@@ -310,8 +310,9 @@ def check_weights_announce(m: Any) -> None:
 
 def _check_slot(slot: Any, bucket_nbytes: list[int]) -> None:
     # The peer's name and dtype shown cut short, its shape only once it is short: any may be megabytes.
-    where = f"slot {_cut(slot.name)!r}"
-    require(slot.dtype in WEIGHT_DTYPE_BYTES, "bad_slots", f"{where}: dtype {_cut(slot.dtype)!r} is not a weight dtype")
+    where = f"slot {cut_short(slot.name)!r}"
+    require(slot.dtype in WEIGHT_DTYPE_BYTES, "bad_slots",
+            f"{where}: dtype {cut_short(slot.dtype)!r} is not a weight dtype")
     require(len(slot.shape) <= MAX_WEIGHT_DIMS and all(0 <= d < 2**31 for d in slot.shape), "bad_slots",
             f"{where}: bad shape (at most {MAX_WEIGHT_DIMS} dimensions, each 0 to 2**31 - 1)")
     require(slot.nbytes == math.prod(slot.shape) * WEIGHT_DTYPE_BYTES[slot.dtype], "bad_slots",
@@ -325,7 +326,8 @@ MAX_WEIGHT_DIMS = 8
 """The most dimensions a parameter's shape may have (a model's have up to 5)."""
 
 
-def _cut(text: str, chars: int = 40) -> str:
+def cut_short(text: str, chars: int = 40) -> str:
+    """A peer's name in an error, bounded: it may be megabytes long."""
     return text if len(text) <= chars else text[:chars] + "..."
 
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import numpy as np
 
-from common.wire_checks import MAX_DIMENSION_LENGTH
+from common.wire_checks import MAX_DIMENSION_LENGTH, cut_short
 
 MAX_ARRAY_DIMS = 2
 """Every array on the wire is 1-D or 2-D (``turn_spans``)."""
@@ -153,7 +153,7 @@ class Decoder:
             raise DecodeError(f"schema version {envelope.schema}, this build speaks {self._schema}", "schema_version")
         plan = self._plans.get(envelope.type)
         if plan is None:
-            raise DecodeError(f"unknown message type {_cut(envelope.type)!r}; known: {sorted(self._plans)}",
+            raise DecodeError(f"unknown message type {cut_short(envelope.type)!r}; known: {sorted(self._plans)}",
                               "unknown_type")
         return plan.cls, envelope.body
 
@@ -270,24 +270,23 @@ def _validation_error(cls: type, text: str, body: msgspec.Raw) -> DecodeError:
     # An unknown key at the top, where msgspec writes no path: whatever follows its name is the peer's.
     key = _unknown_top_level_key(cls, body) if text.startswith("Object contains unknown field") else None
     if key is not None:
-        return DecodeError(f"{cls.__name__}: unknown fields [{_cut(key)!r}]", "bad_field")
+        return DecodeError(f"{cls.__name__}: unknown fields [{cut_short(key)!r}]", "bad_field")
     where = cls.__name__ + path[1:]
     field_name = re.match(r"\$\.?(\w*)", path).group(1)
     hint = _hints(cls).get(field_name)
-    in_array = field_name in _array_fields(cls)
+    in_array = field_name in _array_dtypes(cls)
     reason = "bad_array" if in_array else "bad_field"
     if what.startswith("Object missing required field"):
         return DecodeError(f"{where}: missing fields [{what.split('`')[1]!r}]", reason)
     if what.startswith("Object contains unknown field"):  # the name is the peer's: shown cut short
-        return DecodeError(f"{where}: unknown fields [{_cut(what.split('`', 1)[1][:-1])!r}]", reason)
+        return DecodeError(f"{where}: unknown fields [{cut_short(what.split('`', 1)[1][:-1])!r}]", reason)
     if in_array:
         part = path.rsplit(".", 1)[-1]
         if part.startswith("shape"):
             return DecodeError(f"{cls.__name__}.{field_name}: bad shape (1 or {MAX_ARRAY_DIMS} dimensions, each "
                                f"0 to {MAX_DIMENSION_LENGTH})", "bad_array")
         if part == "dtype":
-            return DecodeError(f"{cls.__name__}.{field_name}: dtype is not "
-                               f"{dataclasses.fields(cls)[_field_index(cls, field_name)].metadata['dtype'].str!r}",
+            return DecodeError(f"{cls.__name__}.{field_name}: dtype is not {_array_dtypes(cls)[field_name].str!r}",
                                "bad_array")
         return DecodeError(f"{cls.__name__}.{field_name}: array must be a map of dtype, shape, data ({what})",
                            "bad_array")
@@ -316,17 +315,9 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 @functools.cache
-def _array_fields(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("dtype") is not None)
-
-
-def _field_index(cls: type, name: str) -> int:
-    return [f.name for f in dataclasses.fields(cls)].index(name)
-
-
-def _cut(name: str, chars: int = 40) -> str:
-    """A peer's name in an error, bounded: it may be megabytes long."""
-    return name if len(name) <= chars else name[:chars] + "..."
+def _array_dtypes(cls: type) -> dict[str, np.dtype]:
+    """Each array field of ``cls`` and its dtype."""
+    return {f.name: f.metadata["dtype"] for f in dataclasses.fields(cls) if f.metadata.get("dtype") is not None}
 
 
 # ---------------------------------------------------------------------------------- loose maps
