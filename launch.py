@@ -43,8 +43,9 @@ LOCAL_ROLE_ENV = {"GLOO_SOCKET_IFNAME": "lo"}  # one machine: collectives over l
 for _key, _value in ROLE_ENV.items():
     os.environ.setdefault(_key, _value)
 
-from common.config import Config, ConfigError, load_config, write_resolved  # noqa: E402
-from common.config.learner import HorizonConfig  # noqa: E402
+from common.config import Config, write_resolved  # noqa: E402
+from common.config.command_line import load_or_exit, parse_command_line  # noqa: E402
+from common.config.horizon import HorizonConfig  # noqa: E402
 
 
 def evaluate_overrides(model: str) -> list[str]:
@@ -82,7 +83,7 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     parser.add_argument("--dry-run", action="store_true", help="print the placement plan and start nothing")
     parser.add_argument("--cluster", metavar="NODES", help="--dry-run for a described cluster, e.g. 9x8gpu,64cpu "
                         "or 1x32cpu+8x8gpu,96cpu (default: this machine, or the --ray-address cluster)")
-    args, rest = parser.parse_known_args(argv)
+    args, rest = parse_command_line(parser, argv)
     if args.resume and not args.run_name:
         parser.error("--resume needs --run-name: the run folder to continue")
     if args.cluster and not args.dry_run:
@@ -99,10 +100,7 @@ def parse_args(argv: list[str]) -> tuple[Config, argparse.Namespace]:
     for flag, key in FLAG_TO_KEY.items():
         if getattr(args, flag) is not None:
             overrides += [f"--{key}", str(getattr(args, flag))]
-    try:
-        cfg = load_config(args.config, overrides)
-    except ConfigError as exc:
-        parser.error(str(exc))
+    cfg = load_or_exit(parser, args.config, overrides)
     return (at_longest_horizon(cfg) if args.evaluate else cfg), args
 
 

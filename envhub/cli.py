@@ -26,6 +26,7 @@ import sys
 from typing import Any, Sequence
 
 from common.config import Config, ConfigError, load_config
+from common.config.command_line import parse_command_line
 from envhub import fidelity, registry
 from envhub.client import EnvClient
 from envhub.conformance import ConformanceError, ConformanceReport, check_env
@@ -42,8 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from envhub.main import main as serve_main
         serve_main(argv[1:])
         return 0
-    own_args, overrides = split_overrides(argv)
-    args = _parser().parse_args(own_args)
+    args, overrides = parse_command_line(_parser(), argv)
     try:
         cfg = load_config(args.config, overrides)
         _register_configured_servers(cfg)
@@ -58,18 +58,6 @@ def _register_configured_servers(cfg: Config) -> None:
         register_configured_servers(cfg.envhub.env_options)
     except ValueError as error:  # a configured AgentGym server whose options do not hold
         raise UsageError(str(error)) from None
-
-
-def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
-    """Separate ``--section.key value`` / ``--section.key=value`` overrides from this CLI's flags."""
-    own, overrides, index = [], [], 0
-    while index < len(argv):
-        arg = argv[index]
-        is_override = arg.startswith("--") and "." in arg.split("=", 1)[0]
-        takes_value = is_override and "=" not in arg and index + 1 < len(argv)
-        (overrides if is_override else own).extend(argv[index:index + 1 + takes_value])
-        index += 1 + takes_value
-    return own, overrides
 
 
 def _parser() -> argparse.ArgumentParser:

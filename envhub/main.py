@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import threading
 import time
 from typing import Any, Callable
@@ -21,7 +22,7 @@ from typing import Any, Callable
 import uvicorn
 import uvloop
 
-from common.config import ConfigError, load_config
+from common.config.command_line import load_or_exit, parse_command_line
 from common.config.envhub import EnvhubConfig
 from common.net import bind_socket
 from envhub.envs.agentgym import register_configured_servers
@@ -114,18 +115,8 @@ def parse_config(argv: list[str] | None = None) -> EnvhubConfig:
     parser = argparse.ArgumentParser(description="Run an envhub environment server.",
                                      epilog="Overrides: --envhub.<key> value, or --<key> value for short.")
     parser.add_argument("--config", help="a run config YAML; its envhub section is used")
-    args, rest = parser.parse_known_args(argv)
-    overrides = [_qualify(arg) for arg in rest]
-    try:
-        return load_config(args.config, overrides).envhub
-    except ConfigError as error:
-        parser.error(str(error))
-
-
-def _qualify(arg: str) -> str:
-    if not arg.startswith("--") or "." in arg.split("=", 1)[0]:
-        return arg
-    return "--envhub." + arg[2:].replace("-", "_")
+    args, overrides = parse_command_line(parser, sys.argv[1:] if argv is None else argv, short_section="envhub")
+    return load_or_exit(parser, args.config, overrides).envhub
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,7 +6,8 @@ padding tokens. Every function here returns zeros at masked positions, so nothin
 credited to a token the policy did not produce.
 
 Estimators (``learner.algorithm.advantage``; ``ADVANTAGE_ESTIMATORS`` maps each name to its function,
-registered with ``register_advantage_estimator``, and its settings are ``learner.algorithm.<name>``):
+registered with ``register_advantage_estimator``; its settings are keys of the ``learner.algorithm`` section
+of its name, ``common/config/learner.py``):
 
 - GRPO (DeepSeekMath, arXiv 2402.03300): an episode's outcome reward normalized within its
   group (the ``group_size`` episodes of one task lease), broadcast to all its assistant tokens
@@ -55,7 +56,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from common.config.learner import GaeSettings, GigpoSettings, GrpoSettings, ReinforcePpSettings
+from common.config.learner import GaeAlgorithm, GigpoAlgorithm, GrpoAlgorithm, ReinforcePpAlgorithm, RlooAlgorithm
 from learner.losses import masked_mean
 
 if typing.TYPE_CHECKING:
@@ -437,8 +438,8 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {}
 
 
 def register_advantage_estimator(name: str, token_rewards: bool = False, critic: bool = False):
-    """Register ``compute(inputs, settings) -> Estimate`` under ``name``; ``settings`` is the
-    estimator's ``learner.algorithm.<name>`` section (None for an estimator without one)."""
+    """Register ``compute(inputs, settings) -> Estimate`` under ``name``; ``settings`` is the run's
+    ``learner.algorithm`` section, the one of ``advantage: name`` (its own settings beside the shared knobs)."""
     def register(compute: Callable[[AdvantageInputs, Any], Estimate]) -> Callable[[AdvantageInputs, Any], Estimate]:
         if name in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is registered twice")
@@ -448,24 +449,24 @@ def register_advantage_estimator(name: str, token_rewards: bool = False, critic:
 
 
 @register_advantage_estimator("grpo")
-def _grpo(inputs: AdvantageInputs, settings: GrpoSettings) -> Estimate:
+def _grpo(inputs: AdvantageInputs, settings: GrpoAlgorithm) -> Estimate:
     per_episode = grpo_advantages(inputs.rewards, inputs.group_index, settings.std_norm)
     return Estimate(sequence_to_token_advantages(per_episode, inputs.loss_mask))
 
 
 @register_advantage_estimator("rloo")
-def _rloo(inputs: AdvantageInputs, settings: None) -> Estimate:
+def _rloo(inputs: AdvantageInputs, settings: RlooAlgorithm) -> Estimate:
     per_episode = rloo_advantages(inputs.rewards, inputs.group_index)
     return Estimate(sequence_to_token_advantages(per_episode, inputs.loss_mask))
 
 
 @register_advantage_estimator("reinforce_pp", token_rewards=True)
-def _reinforce_pp(inputs: AdvantageInputs, settings: ReinforcePpSettings) -> Estimate:
+def _reinforce_pp(inputs: AdvantageInputs, settings: ReinforcePpAlgorithm) -> Estimate:
     return Estimate(reinforce_pp_advantages(inputs.token_rewards, inputs.loss_mask, settings.gamma))
 
 
 @register_advantage_estimator("gae", token_rewards=True, critic=True)
-def _gae(inputs: AdvantageInputs, settings: GaeSettings) -> Estimate:
+def _gae(inputs: AdvantageInputs, settings: GaeAlgorithm) -> Estimate:
     advantages, returns = gae_advantages(inputs.token_rewards, inputs.values, inputs.loss_mask, settings.gamma,
                                          settings.lam)
     return Estimate(whiten(advantages, inputs.loss_mask), returns,
@@ -473,7 +474,7 @@ def _gae(inputs: AdvantageInputs, settings: GaeSettings) -> Estimate:
 
 
 @register_advantage_estimator("gigpo")
-def _gigpo(inputs: AdvantageInputs, settings: GigpoSettings) -> Estimate:
+def _gigpo(inputs: AdvantageInputs, settings: GigpoAlgorithm) -> Estimate:
     turns = inputs.turns
     if turns is None:
         raise ValueError("advantage gigpo needs each turn's reward and observation fingerprint; an "

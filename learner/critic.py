@@ -1,7 +1,7 @@
 """The critic for GAE (PPO with a value model): the policy's backbone plus a linear value head.
 
 Built only for an estimator registered with ``critic=True`` (``gae``; ``learner/advantages.py``),
-trained with ``learner.algorithm.gae.critic_lr``. It starts from the same pretrained
+trained with ``learner.algorithm.critic_lr`` (``advantage: gae``). It starts from the same pretrained
 weights as the policy (``AutoModel`` of the policy path, i.e. the decoder without its LM head),
 is sharded with FSDP2 the same way (each decoder layer, then the root), and has its own AdamW.
 """

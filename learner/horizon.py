@@ -34,17 +34,20 @@ import logging
 import math
 from abc import ABC, abstractmethod
 from collections import deque
-from typing import Any, get_args
+from typing import Any
 
-from common.config.learner import HorizonConfig, HorizonKind
-
-KINDS = get_args(HorizonKind)
+from common.config.horizon import (
+    HorizonConfig,
+    HorizonConfigError,
+    check_adaptive_params,
+    check_boundaries,
+    check_ints,
+    check_turn_caps,
+    is_int,
+    resolve_boundaries,
+)
 
 log = logging.getLogger(__name__)
-
-
-class HorizonConfigError(ValueError):
-    """A turn-cap schedule that cannot be followed."""
 
 
 class HorizonSchedule(ABC):
@@ -53,7 +56,7 @@ class HorizonSchedule(ABC):
     kind: str
 
     def __init__(self, turn_caps: list[int]) -> None:
-        _check_turn_caps(list(turn_caps))
+        check_turn_caps(list(turn_caps))
         self.turn_caps = list(turn_caps)
 
     @property
@@ -127,7 +130,7 @@ class StepwiseHorizon(HorizonSchedule):
 
     def __init__(self, turn_caps: list[int], boundaries: list[int], boundary_fractions: list[float] = ()) -> None:
         super().__init__(turn_caps)
-        _check_boundaries(self.turn_caps, list(boundaries))
+        check_boundaries(self.turn_caps, list(boundaries))
         self.boundaries = list(boundaries)
         # What ``boundaries`` were resolved from (empty: given in steps); a resume keeps the steps.
         self.boundary_fractions = list(boundary_fractions)
@@ -155,7 +158,7 @@ class StepwiseHorizon(HorizonSchedule):
         if "boundaries" not in state:
             return  # a checkpoint from before boundaries were saved: ``restore`` still checks the stage
         saved = list(state["boundaries"])
-        _check_boundaries(self.turn_caps, saved)
+        check_boundaries(self.turn_caps, saved)
         saved_fractions = list(state.get("boundary_fractions", []))
         if saved_fractions != self.boundary_fractions or (not saved_fractions and saved != self.boundaries):
             raise HorizonConfigError(
@@ -187,8 +190,8 @@ class AdaptiveHorizon(HorizonSchedule):
     def __init__(self, turn_caps: list[int], truncation_threshold: float, plateau_window: int,
                  plateau_tolerance: float, min_stage_steps: int) -> None:
         super().__init__(turn_caps)
-        _check_adaptive_params(self.turn_caps, truncation_threshold, plateau_window, plateau_tolerance,
-                               min_stage_steps)
+        check_adaptive_params(self.turn_caps, truncation_threshold, plateau_window, plateau_tolerance,
+                              min_stage_steps)
         self.truncation_threshold = truncation_threshold
         self.plateau_window = plateau_window
         self.plateau_tolerance = plateau_tolerance
@@ -253,48 +256,12 @@ def success_improvement(successes: list[float]) -> float:
     return sum(newer) / half - sum(older) / half
 
 
-def resolve_boundaries(config: HorizonConfig, max_steps: int) -> list[int]:
-    """Stage boundaries in steps; fractions become ``floor(f * max_steps + 0.5)`` (half up).
-
-    After rounding they must be >= 1 and strictly increasing, else the run is too short for
-    that many stages and the schedule is rejected.
-    """
-    if config.boundaries and config.boundary_fractions:
-        raise HorizonConfigError(
-            f"learner.horizon: give boundaries (steps) or boundary_fractions (of run.max_steps), not both; "
-            f"got boundaries={config.boundaries} boundary_fractions={config.boundary_fractions} "
-            f"(set the unused one to [])"
-        )
-    if not config.boundary_fractions:
-        return list(config.boundaries)
-    fractions = list(config.boundary_fractions)
-    if not all(isinstance(f, float) and 0.0 < f < 1.0 for f in fractions):
-        raise HorizonConfigError(f"boundary_fractions must lie strictly between 0 and 1, got {fractions}")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps <= 0:
-        raise HorizonConfigError(f"boundary_fractions need a positive run.max_steps, got {max_steps!r}")
-    steps = [math.floor(f * max_steps + 0.5) for f in fractions]
-    if steps[0] <= 0 or any(b <= a for a, b in zip(steps, steps[1:])):
-        raise HorizonConfigError(
-            f"boundary_fractions {fractions} of run.max_steps={max_steps} round to steps {steps}; they must be "
-            f">= 1 and strictly increasing (run too short for that many stages?)"
-        )
-    return steps
-
-
 def build_horizon(config: HorizonConfig, max_steps: int) -> HorizonSchedule:
-    """The schedule of the ``learner.horizon`` section for a run of ``max_steps`` optimizer steps."""
-    if config.kind not in KINDS:
-        raise HorizonConfigError(f"learner.horizon.kind must be one of {', '.join(KINDS)}; got {config.kind!r}")
+    """The schedule of the ``learner.horizon`` section (checked when it was made) for a run of
+    ``max_steps`` optimizer steps."""
     if config.kind == "stepwise":
         return StepwiseHorizon(config.turn_caps, resolve_boundaries(config, max_steps), config.boundary_fractions)
-    if config.boundaries or config.boundary_fractions:
-        raise HorizonConfigError(
-            f"learner.horizon: kind {config.kind!r} takes no boundaries; set boundaries: [] and "
-            f"boundary_fractions: [] (got {config.boundaries} and {config.boundary_fractions})"
-        )
     if config.kind == "fixed":
-        if len(config.turn_caps) != 1:
-            raise HorizonConfigError(f"kind 'fixed' needs exactly one turn cap, got turn_caps={config.turn_caps}")
         return FixedHorizon(config.turn_caps[0])
     return AdaptiveHorizon(config.turn_caps, config.truncation_threshold, config.plateau_window,
                            config.plateau_tolerance, config.min_stage_steps)
@@ -303,55 +270,8 @@ def build_horizon(config: HorizonConfig, max_steps: int) -> HorizonSchedule:
 # --------------------------------------------------------------------------- validation
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_ints(name: str, values: list[int]) -> None:
-    for value in values:
-        if not _is_int(value):
-            raise HorizonConfigError(f"{name} must hold integers, got {value!r} in {values}")
-
-
-def _check_turn_caps(turn_caps: list[int]) -> None:
-    _check_ints("turn_caps", turn_caps)
-    if not turn_caps:
-        raise HorizonConfigError("turn_caps must name at least one stage")
-    if any(cap <= 0 for cap in turn_caps):
-        raise HorizonConfigError(f"turn_caps must be positive, got {turn_caps}")
-    if any(later < earlier for earlier, later in zip(turn_caps, turn_caps[1:])):
-        raise HorizonConfigError(f"turn_caps must not decrease from stage to stage, got {turn_caps}")
-
-
-def _check_boundaries(turn_caps: list[int], boundaries: list[int]) -> None:
-    _check_ints("boundaries", boundaries)
-    if len(boundaries) != len(turn_caps) - 1:
-        raise HorizonConfigError(
-            f"{len(turn_caps)} turn_caps need {len(turn_caps) - 1} boundaries (the step each later "
-            f"stage starts), got {len(boundaries)}: turn_caps={turn_caps} boundaries={boundaries}"
-        )
-    if boundaries and boundaries[0] <= 0:
-        raise HorizonConfigError(f"boundaries must be > 0 (stage 0 starts at step 0), got {boundaries}")
-    if any(later <= earlier for earlier, later in zip(boundaries, boundaries[1:])):
-        raise HorizonConfigError(f"boundaries must be strictly increasing, got {boundaries}")
-
-
-def _check_adaptive_params(turn_caps: list[int], truncation_threshold: float, plateau_window: int,
-                           plateau_tolerance: float, min_stage_steps: int) -> None:
-    if len(turn_caps) < 2:
-        raise HorizonConfigError(f"kind 'adaptive' needs at least two turn_caps to raise to, got {turn_caps}")
-    if not 0.0 <= truncation_threshold <= 1.0:
-        raise HorizonConfigError(f"truncation_threshold must lie in [0, 1], got {truncation_threshold}")
-    if not _is_int(plateau_window) or plateau_window < 2:
-        raise HorizonConfigError(f"plateau_window must be an integer >= 2 steps, got {plateau_window!r}")
-    if not math.isfinite(plateau_tolerance) or plateau_tolerance < 0:
-        raise HorizonConfigError(f"plateau_tolerance must be finite and >= 0, got {plateau_tolerance}")
-    if not _is_int(min_stage_steps) or min_stage_steps < 0:
-        raise HorizonConfigError(f"min_stage_steps must be an integer >= 0, got {min_stage_steps!r}")
-
-
 def _check_recorded_starts(stage_starts: list[int], num_stages: int) -> None:
-    _check_ints("checkpoint stage_starts", stage_starts)
+    check_ints("checkpoint stage_starts", stage_starts)
     if len(stage_starts) > num_stages - 1:
         raise HorizonConfigError(
             f"checkpoint records {len(stage_starts)} stage changes but turn_caps has only {num_stages} stages"
@@ -361,7 +281,7 @@ def _check_recorded_starts(stage_starts: list[int], num_stages: int) -> None:
 
 
 def _check_step(step: int) -> None:
-    if not _is_int(step) or step < 0:
+    if not is_int(step) or step < 0:
         raise ValueError(f"step must be a non-negative integer, got {step!r}")
 
 

@@ -133,7 +133,7 @@ class Trainer:
         memory = dict(mixed_precision=cfg.mixed_precision, activation_checkpointing=cfg.activation_checkpointing)
         policy = load_sharded_model(model_path, dtype, **memory)
         optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        critic = (Critic.build(model_path, dtype, alg.settings.critic_lr, cfg.weight_decay, **memory)
+        critic = (Critic.build(model_path, dtype, alg.critic_lr, cfg.weight_decay, **memory)
                   if ADVANTAGE_ESTIMATORS[alg.advantage].critic else None)
         reference = load_reference_model(model_path, dtype, cfg.mixed_precision) if alg.kl_coef > 0 else None
         return cls(policy, optimizer, cfg, temperature, critic, reference, max_episode_tokens=max_episode_tokens)
@@ -242,7 +242,7 @@ class Trainer:
                 scalars["kl"] = float(masked_mean(kl, mask))
             token_rewards = kl_penalized(_placed_rewards(batch), mask, kl, alg.kl_coef)
         inputs = AdvantageInputs(batch.rewards, batch.group_index, mask, token_rewards, old_values, batch.turns)
-        estimate = estimator.compute(inputs, alg.settings)
+        estimate = estimator.compute(inputs, alg)
         return estimate.advantages, estimate.returns, {**scalars, **estimate.scalars}
 
     def _shares(self, num_rows: int) -> list[torch.Tensor]:
@@ -402,13 +402,13 @@ class Trainer:
             micro_mask = mask[at, :width] * float(not micro.dummy)
             predicted = self.critic.model(batch.token_ids[rows[at], :width], batch.attention_mask[rows[at], :width])
             per_token, _ = value_token_losses(predicted, old_values[at, :width], returns[at, :width], micro_mask,
-                                              self.cfg.algorithm.settings.value_clip)
+                                              self.cfg.algorithm.value_clip)
             loss = self._reduce(per_token, micro_mask, denominator)
             loss.backward()
             total += float(loss.detach())
             if not micro.dummy:
                 values[at, :width] = predicted.detach()
-        _, stats = value_token_losses(values, old_values, returns, mask, self.cfg.algorithm.settings.value_clip)
+        _, stats = value_token_losses(values, old_values, returns, mask, self.cfg.algorithm.value_clip)
         stats["value_loss"] = total
         stats["critic_grad_norm"], _ = _clip_and_step(self.critic.model, self.critic.optimizer, self.cfg.max_grad_norm)
         return stats

@@ -6,7 +6,7 @@ import typing
 import pytest
 import torch
 
-from common.config.learner import ESTIMATOR_SETTINGS, Advantage, GigpoSettings, GrpoSettings
+from common.config.learner import ALGORITHMS, Advantage, GigpoAlgorithm, GrpoAlgorithm, RlooAlgorithm
 from learner.advantages import (
     ADVANTAGE_ESTIMATORS,
     AdvantageInputs,
@@ -229,7 +229,7 @@ def test_gigpo_step_returns_are_in_the_units_of_the_episode_reward_trained_on():
     turns = BatchTurns(row=torch.tensor([0, 1]), spans=torch.tensor([[1, 3], [1, 3]]),
                        rewards=torch.tensor([2.0, 0.5]), anchor=torch.tensor([0, 0]))
     inputs = AdvantageInputs(torch.tensor([1.0, 0.5]), torch.tensor([0, 0]), loss_mask, turns=turns)
-    settings = GigpoSettings(gamma=0.9, step_advantage_weight=1.0, std_norm=False)
+    settings = GigpoAlgorithm(gamma=0.9, step_advantage_weight=1.0, std_norm=False)
     advantages = ADVANTAGE_ESTIMATORS["gigpo"].compute(inputs, settings).advantages
     episode_advantage = 0.25  # (1.0 - 0.5) / 2
     assert torch.allclose(advantages, torch.tensor([[0.0, 1.0, 1.0], [0.0, -1.0, -1.0]]) * 2 * episode_advantage)
@@ -381,7 +381,7 @@ def test_vectorised_turn_returns_equal_the_loop_over_turns():
 
 def test_the_registry_holds_exactly_the_estimators_the_config_offers():
     assert set(ADVANTAGE_ESTIMATORS) == set(typing.get_args(Advantage))
-    assert set(ESTIMATOR_SETTINGS) <= set(ADVANTAGE_ESTIMATORS)
+    assert set(ALGORITHMS) == set(ADVANTAGE_ESTIMATORS)  # each estimator has its learner.algorithm section
     assert [name for name, estimator in ADVANTAGE_ESTIMATORS.items() if estimator.critic] == ["gae"]
 
 
@@ -391,8 +391,9 @@ def test_a_registered_estimator_is_the_pure_function_with_its_settings():
     inputs = AdvantageInputs(rewards, groups, mask)
     for std_norm in (True, False):
         expected = sequence_to_token_advantages(grpo_advantages(rewards, groups, std_norm), mask)
-        assert torch.equal(ADVANTAGE_ESTIMATORS["grpo"].compute(inputs, GrpoSettings(std_norm)).advantages, expected)
-    rloo = ADVANTAGE_ESTIMATORS["rloo"].compute(inputs, None)
+        grpo = ADVANTAGE_ESTIMATORS["grpo"].compute(inputs, GrpoAlgorithm(std_norm=std_norm))
+        assert torch.equal(grpo.advantages, expected)
+    rloo = ADVANTAGE_ESTIMATORS["rloo"].compute(inputs, RlooAlgorithm())
     assert torch.equal(rloo.advantages, sequence_to_token_advantages(rloo_advantages(rewards, groups), mask))
     with pytest.raises(ValueError, match="gigpo needs each turn's reward"):
-        ADVANTAGE_ESTIMATORS["gigpo"].compute(inputs, ESTIMATOR_SETTINGS["gigpo"]())
+        ADVANTAGE_ESTIMATORS["gigpo"].compute(inputs, GigpoAlgorithm())

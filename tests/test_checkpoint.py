@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from common.config import Config
-from common.config.learner import AlgorithmConfig, LearnerConfig
+from common.config.learner import LearnerConfig, algorithm_config
 from learner.policy import ShardedPolicy
 from tests.test_train_step import make_batch, snapshot
 
@@ -14,7 +14,7 @@ def test_a_loaded_checkpoint_makes_the_same_next_updates(model_path, tmp_path):
     # The minibatch shuffle generator advances every step; a resume that restarted it from its
     # seed split the next batch into other minibatches, so the resumed run drifted. The critic
     # (GAE) and the frozen reference (a KL term) are the other state the next updates depend on.
-    algorithm = AlgorithmConfig(minibatches=2, advantage="gae", kl_coef=0.05, kl_estimator="k3")
+    algorithm = algorithm_config(minibatches=2, advantage="gae", kl_coef=0.05, kl_estimator="k3")
     cfg = Config(learner=LearnerConfig(lr=1e-3, algorithm=algorithm))
     straight = ShardedPolicy(cfg, model_path)
     straight.train(make_batch(straight.model, seed=0))

@@ -1,6 +1,8 @@
 """Config: YAML files, overrides, unknown keys, types, documentation, resolved output."""
 
+import argparse
 import dataclasses
+import types
 import typing
 from pathlib import Path
 
@@ -9,7 +11,8 @@ import yaml
 
 from common.config import Config, ConfigError, field_docs, load_config, write_resolved
 from common.config.actors import ENGINE_ONLY_KNOBS
-from common.config.learner import ESTIMATOR_SETTINGS, AlgorithmConfig, GaeSettings
+from common.config.command_line import parse_command_line
+from common.config.learner import ALGORITHMS, AlgorithmBase, GaeAlgorithm, algorithm_config, with_advantage
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,8 +47,8 @@ def test_unknown_section_is_rejected():
 def test_wrong_type_is_rejected():
     with pytest.raises(ConfigError, match="run.max_steps"):
         load_config(None, ["--run.max_steps", "many"])
-    with pytest.raises(ConfigError, match="learner.algorithm.grpo.std_norm"):
-        load_config(None, ["--learner.algorithm.grpo.std_norm", "3"])
+    with pytest.raises(ConfigError, match="learner.algorithm.std_norm: expected bool, got 3"):
+        load_config(None, ["--learner.algorithm.std_norm", "3"])
 
 
 def test_override_without_value_is_an_error():
@@ -53,23 +56,33 @@ def test_override_without_value_is_an_error():
         load_config(None, ["--run.max_steps"])
 
 
+def _sections(hint):
+    """The sections a field of type ``hint`` may hold: itself, an unset-able one's, each option of a union."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return [option for option in options if dataclasses.is_dataclass(option)]
+
+
 def _all_dataclasses(cls):
     """``cls`` and every dataclass its fields may hold (a section, or a section that may be unset)."""
     yield cls
     for hint in typing.get_type_hints(cls).values():
         for option in (hint, *typing.get_args(hint)):
-            if dataclasses.is_dataclass(option):
-                yield from _all_dataclasses(option)
+            for section in _sections(option):
+                yield from _all_dataclasses(section)
 
 
 def _choice_fields(cls, where=""):
-    """(dotted key, allowed values) of every ``Literal`` field under ``cls``."""
+    """(dotted key, allowed values) of every ``Literal`` field under ``cls`` (a union's tag excepted:
+    each option's is one value; ``learner.algorithm.advantage`` is the union's choice)."""
     for name, hint in typing.get_type_hints(cls).items():
         key = f"{where}.{name}" if where else name
-        if typing.get_origin(hint) is typing.Literal:
+        if typing.get_origin(hint) is typing.Literal and len(typing.get_args(hint)) > 1:
             yield key, typing.get_args(hint)
-        elif dataclasses.is_dataclass(hint):
-            yield from _choice_fields(hint, key)
+        sections = _sections(hint)
+        if len(sections) > 1:  # a discriminated union: its tag is the choice
+            yield f"{key}.advantage", tuple(typing.get_args(typing.get_type_hints(o)["advantage"])[0] for o in sections)
+        for section in sections:
+            yield from _choice_fields(section, key)
 
 
 def test_every_field_has_a_docstring_and_configs_are_frozen():
@@ -113,7 +126,7 @@ def test_the_closed_choices_are_typed_and_checked():
         assert key in choices, f"{key} is not a Literal"
 
 
-@pytest.mark.parametrize("key, allowed", sorted(_choice_fields(Config)))
+@pytest.mark.parametrize("key, allowed", sorted(dict(_choice_fields(Config)).items()))
 def test_a_value_outside_a_choice_names_the_key_and_the_choices(key, allowed):
     with pytest.raises(ConfigError) as info:
         load_config(None, [f"--{key}", "no-such-choice"])
@@ -121,51 +134,62 @@ def test_a_value_outside_a_choice_names_the_key_and_the_choices(key, allowed):
     assert key in message and all(repr(choice) in message for choice in allowed), message
 
 
-@pytest.mark.parametrize("estimator", sorted(ESTIMATOR_SETTINGS))
-def test_an_estimator_section_applies_only_to_its_estimator(estimator):
-    other = "rloo"  # has no section: every section is foreign to it
-    field = dataclasses.fields(ESTIMATOR_SETTINGS[estimator])[0]
-    override = [f"--learner.algorithm.{estimator}.{field.name}", "0.5" if field.type == "float" else "false"]
-    with pytest.raises(ConfigError, match=f"learner.algorithm.{estimator} is set, but it applies only to advantage "
-                                          f"{estimator}; advantage is {other}"):
-        load_config(None, ["--learner.algorithm.advantage", other, *override])
-    with pytest.raises(ConfigError, match=f"applies only to advantage {estimator}"):  # in a YAML file too
-        load_config(None, [f"--learner.algorithm.{estimator}", "{}", "--learner.algorithm.advantage", other])
-    chosen = load_config(None, ["--learner.algorithm.advantage", estimator, *override]).learner.algorithm
-    assert getattr(chosen.settings, field.name) == yaml.safe_load(override[1])
+def _own_settings(advantage):
+    """The keys ``advantage``'s section adds to the knobs every estimator shares."""
+    return sorted({f.name for f in dataclasses.fields(ALGORITHMS[advantage])} -
+                  {f.name for f in dataclasses.fields(AlgorithmBase)})
 
 
-def test_the_old_flat_estimator_knobs_are_unknown_keys_that_say_where_they_went():
-    homes = {"lam": "gae.lam", "value_clip": "gae.value_clip", "critic_lr": "gae.critic_lr",
-             "step_advantage_weight": "gigpo.step_advantage_weight",
-             "grpo_std_norm": "grpo.std_norm or learner.algorithm.gigpo.std_norm",
-             "gamma": "reinforce_pp.gamma or learner.algorithm.gae.gamma or learner.algorithm.gigpo.gamma"}
-    for knob, home in homes.items():
-        with pytest.raises(ConfigError, match=f"unknown config key 'learner.algorithm.{knob}'") as error:
-            load_config(None, ["--learner.algorithm.advantage", "gae", f"--learner.algorithm.{knob}", "0.5"])
-        assert str(error.value).endswith(f"it is now a setting of its estimator: learner.algorithm.{home}")
+@pytest.mark.parametrize("advantage", sorted(ALGORITHMS))
+def test_the_advantage_picks_its_section_and_another_estimators_setting_is_an_unknown_key(advantage):
+    cfg = load_config(None, ["--learner.algorithm.advantage", advantage, "--learner.algorithm.clip_eps", "0.3"])
+    assert type(cfg.learner.algorithm) is ALGORITHMS[advantage] and cfg.learner.algorithm.clip_eps == 0.3
+    for setting in _own_settings(advantage):
+        others = [name for name in ALGORITHMS if setting not in _own_settings(name)]
+        value = "false" if setting == "std_norm" else "0.5"
+        override = [f"--learner.algorithm.{setting}", value]
+        chosen = load_config(None, ["--learner.algorithm.advantage", advantage, *override])
+        assert getattr(chosen.learner.algorithm, setting) == yaml.safe_load(value)
+        for other in others:
+            with pytest.raises(ConfigError, match=f"^unknown config key 'learner.algorithm.{setting}'; valid keys "
+                                                  f"here: .*; {setting} is a setting of advantage .*{advantage}"):
+                load_config(None, ["--learner.algorithm.advantage", other, *override])
 
 
-def test_unset_estimator_settings_are_the_defaults_and_estimators_can_be_swapped():
-    assert AlgorithmConfig().settings == ESTIMATOR_SETTINGS["grpo"]()
-    assert AlgorithmConfig(advantage="rloo").settings is None
-    # A section that holds only defaults reads as unset, however the config was written.
-    assert AlgorithmConfig(advantage="gae", gae=GaeSettings()) == AlgorithmConfig(advantage="gae")
-    assert dataclasses.replace(AlgorithmConfig(), advantage="gae").settings == GaeSettings()
-    with pytest.raises(ValueError, match="applies only to advantage gae"):
-        dataclasses.replace(AlgorithmConfig(advantage="gae", gae=GaeSettings(lam=0.9)), advantage="grpo")
+def test_the_old_estimator_sections_are_unknown_keys_that_say_where_the_settings_went():
+    with pytest.raises(ConfigError, match=r"unknown config key 'learner.algorithm.gae'.*an estimator's settings "
+                                          r"are keys of learner.algorithm itself \(learner.algorithm.critic_lr, "
+                                          r"learner.algorithm.gamma, learner.algorithm.lam, "
+                                          r"learner.algorithm.value_clip\), with learner.algorithm.advantage gae$"):
+        load_config(None, ["--learner.algorithm.advantage", "gae", "--learner.algorithm.gae.lam", "0.5"])
+    with pytest.raises(ConfigError, match="std_norm is a setting of advantage grpo or gigpo: write "
+                                          "learner.algorithm.std_norm$"):
+        load_config(None, ["--learner.algorithm.grpo_std_norm", "false"])
+    with pytest.raises(ConfigError, match=r"learner.algorithm.advantage: 'ppo' is not one of \['grpo', 'rloo'"):
+        load_config(None, ["--learner.algorithm.advantage", "ppo"])
+
+
+def test_an_algorithm_section_is_built_and_switched_as_a_config_is():
+    assert algorithm_config() == ALGORITHMS["grpo"]() and algorithm_config("rloo").advantage == "rloo"
+    gae = with_advantage(algorithm_config("gigpo", gamma=0.8, minibatches=4), "gae", lam=0.9)
+    assert type(gae) is GaeAlgorithm and (gae.minibatches, gae.lam, gae.gamma) == (4, 0.9, 1.0)
+    with pytest.raises(ValueError, match="advantage must be one of"):
+        algorithm_config("ppo")
+    with pytest.raises(ValueError, match="lam"):
+        algorithm_config("grpo", lam=0.9)  # not grpo's: refused in code as in a config file
 
 
 def test_the_resolved_config_writes_out_the_chosen_estimators_settings(tmp_path):
-    cfg = load_config(REPO / "configs" / "default.yaml", ["--learner.algorithm.gigpo.step_advantage_weight", "0.5"])
+    cfg = load_config(REPO / "configs" / "default.yaml", ["--learner.algorithm.step_advantage_weight", "0.5"])
     write_resolved(cfg, tmp_path / "config.yaml")
     algorithm = yaml.safe_load((tmp_path / "config.yaml").read_text())["learner"]["algorithm"]
-    assert algorithm["gigpo"] == {"gamma": 0.8, "step_advantage_weight": 0.5, "std_norm": True}
-    assert algorithm["gae"] is None and algorithm["grpo"] is None
+    assert algorithm["advantage"] == "gigpo"
+    assert {key: algorithm[key] for key in _own_settings("gigpo")} == {"gamma": 0.8, "step_advantage_weight": 0.5,
+                                                                       "std_norm": True}
     assert load_config(tmp_path / "config.yaml") == cfg
     grpo = load_config(None, ["--run.seed", "1"])  # defaults only: written out all the same
     write_resolved(grpo, tmp_path / "grpo.yaml")
-    assert yaml.safe_load((tmp_path / "grpo.yaml").read_text())["learner"]["algorithm"]["grpo"] == {"std_norm": True}
+    assert yaml.safe_load((tmp_path / "grpo.yaml").read_text())["learner"]["algorithm"]["std_norm"] is True
     assert load_config(tmp_path / "grpo.yaml") == grpo
 
 
@@ -185,3 +209,73 @@ def test_a_kl_estimator_without_a_kl_term_is_an_error():
         load_config(None, ["--learner.algorithm.kl_estimator", "k2"])
     with_kl = ["--learner.algorithm.kl_coef", "0.1", "--learner.algorithm.kl_estimator", "k2"]
     assert load_config(None, with_kl).learner.algorithm.kl_estimator == "k2"
+
+
+def _bounded_fields(cls, where=""):
+    """(dotted key, a value just past its bound) of every scalar field under ``cls`` with a range."""
+    for name, hint in typing.get_type_hints(cls, include_extras=True).items():
+        key = f"{where}.{name}" if where else name
+        plain = typing.get_type_hints(cls)[name]
+        if dataclasses.is_dataclass(plain):
+            yield from _bounded_fields(plain, key)
+            continue
+        for bound in getattr(hint, "__metadata__", ()):
+            step = 1 if plain is int else 0.0005
+            past = {"ge": -step, "gt": 0, "le": step, "lt": 0}
+            for attr, offset in past.items():
+                if hasattr(bound, attr):
+                    yield key, getattr(bound, attr) + offset
+
+
+@pytest.mark.parametrize("key, value", sorted(_bounded_fields(Config)))
+def test_a_value_past_a_fields_bound_is_refused_naming_the_key_and_the_bound(key, value):
+    with pytest.raises(ConfigError, match=rf"^{key.replace('.', '[.]')} must be [<>]=? \S+, got {value!r}$"):
+        load_config(None, [f"--{key}", repr(value)])
+
+
+def test_the_ranges_hold_what_runs_use():
+    assert len(list(_bounded_fields(Config))) > 40  # every count, timeout, share and coefficient
+    for key, value in [("learner.lr", "0"), ("run.max_steps", "0"), ("rollout.num_examples", "-1"),
+                       ("learner.algorithm.format_coef", "0.9"), ("envhub.port", "0")]:
+        load_config(None, [f"--{key}", value])  # a learning-rate-0 control, an evaluation, the env's default
+
+
+def test_a_run_needs_an_env():
+    with pytest.raises(ConfigError, match=r"^rollout.envs must hold at least 1 item\(s\), got \[\]$"):
+        load_config(None, ["--rollout.envs", "[]"])
+
+
+@pytest.mark.parametrize("text", [".nan", ".inf", "-.inf"])
+def test_nan_and_infinity_are_refused(text):
+    with pytest.raises(ConfigError, match="learner.lr: expected a finite number"):
+        load_config(None, ["--learner.lr", text])
+
+
+def test_a_float_written_without_a_dot_and_a_numeric_name_read_as_meant(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("learner:\n  lr: 1e-3\nrun:\n  run_name: 42\n")  # YAML 1.1 reads 1e-3 as a string
+    cfg = load_config(path)
+    assert cfg.learner.lr == 1e-3 and cfg.run.run_name == "42"
+    with pytest.raises(ConfigError, match=r"run.max_steps: expected int, got 2.5"):
+        load_config(None, ["--run.max_steps", "2.5"])
+    with pytest.raises(ConfigError, match=r"learner.mixed_precision: expected bool, got 1"):
+        load_config(None, ["--learner.mixed_precision", "1"])
+
+
+def test_the_reference_states_each_range():
+    from common.config_reference import reference
+    text = reference()
+    for row in ("| `group_size` | `int >= 1` |", "| `format_coef` | `float in [0, 1)` |",
+                "| `port` | `int in [0, 65535]` |", "| `kind` | `'fixed' \\| 'stepwise' \\| 'adaptive'` |"):
+        assert row in text, row
+
+
+def test_one_command_line_path_keeps_overrides_apart_and_reads_short_flags_as_the_section():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config")
+    args, overrides = parse_command_line(parser, ["--runs-dir=my-runs", "--config", "c.yaml", "--learner.lr", "-1",
+                                                  "--step-timeout-s", "5"], short_section="envhub")
+    assert args.config == "c.yaml"
+    assert overrides == ["--envhub.runs_dir=my-runs", "--envhub.step_timeout_s", "5", "--learner.lr", "-1"]
+    with pytest.raises(SystemExit):  # without a short section, an unknown flag is the parser's usage error
+        parse_command_line(parser, ["--actor", "3"])

@@ -163,7 +163,7 @@ def test_a_run_chooses_the_conversation_start_per_run_and_per_env() -> None:
     assert cfg.rollout.conversation_for("babyai-v0") == (True, 1)
     assert cfg.rollout.conversation_for("search-v0") == (False, 0)
     assert load_config().rollout.conversation_for("babyai-v0") == (True, None)  # the env's default
-    with pytest.raises(ConfigError, match="unknown keys"):
+    with pytest.raises(ConfigError, match="unknown config key 'rollout.conversation_per_env.babyai-v0.examples'"):
         load_config(None, ["--rollout.conversation_per_env", "{babyai-v0: {examples: 1}}"])
     with pytest.raises(ConfigError, match="num_examples"):
         load_config(None, ["--rollout.num_examples", "-2"])

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from common.config.command_line import split_overrides
 from envhub import cli, fidelity
-from envhub.cli import split_overrides
 
 pytestmark = pytest.mark.integration  # real processes, servers or sockets (tests/conftest.py: tiers)
 

@@ -57,7 +57,7 @@ def test_evaluate_refuses_the_flags_of_a_training_run(flag, capsys):
 
 
 def test_evaluate_plays_at_the_schedules_longest_turn_cap():
-    cfg, _ = parse_args(["--evaluate", "tiny", "--learner.horizon.turn_caps", "[2, 4, 7]",
-                         "--learner.horizon.boundaries", "[3, 6]"])
+    cfg, _ = parse_args(["--evaluate", "tiny", "--learner.horizon.kind", "stepwise",
+                         "--learner.horizon.turn_caps", "[2, 4, 7]", "--learner.horizon.boundaries", "[3, 6]"])
     assert (cfg.learner.horizon.kind, cfg.learner.horizon.turn_caps) == ("fixed", [7])
     assert (cfg.run.max_steps, cfg.learner.eval_at_end, cfg.learner.eval_at_start) == (0, True, False)

@@ -95,13 +95,20 @@ def test_fraction_boundaries_scale_with_the_run_length_and_round_half_up():
         ([0.0], 10, "strictly between 0 and 1"),
         ([1.0], 10, "strictly between 0 and 1"),
         ([0.6, 0.3], 100, "strictly increasing"),
-        ([0.5], 0, "positive run.max_steps"),
     ],
 )
-def test_fractions_that_do_not_give_increasing_steps_are_rejected(fractions, max_steps, message):
-    config = HorizonConfig(turn_caps=[2, 4, 6][: len(fractions) + 1], boundaries=[], boundary_fractions=fractions)
-    with pytest.raises(HorizonConfigError, match=message):
-        build_horizon(config, max_steps)
+def test_fractions_that_do_not_give_increasing_steps_are_refused_when_the_config_loads(fractions, max_steps, message):
+    caps = [2, 4, 6][: len(fractions) + 1]
+    with pytest.raises(ConfigError, match=message) as error:
+        load_config(None, ["--learner.horizon.turn_caps", str(caps), "--learner.horizon.boundaries", "[]",
+                           "--learner.horizon.boundary_fractions", str(fractions), "--run.max_steps", str(max_steps)])
+    assert str(error.value).startswith("learner.horizon") or str(error.value).startswith("config: boundary")
+
+
+def test_fractions_need_a_positive_run_length():
+    config = HorizonConfig(turn_caps=[2, 4], boundaries=[], boundary_fractions=[0.5])
+    with pytest.raises(HorizonConfigError, match="positive run.max_steps"):
+        build_horizon(config, 0)
 
 
 @pytest.mark.parametrize(
@@ -124,24 +131,29 @@ def test_bad_schedules_are_rejected_with_a_clear_error(turn_caps, boundaries, me
 
 
 @pytest.mark.parametrize(
-    ("config", "message"),
+    ("overrides", "message"),
     [
-        (HorizonConfig(kind="linear"), "must be one of fixed, stepwise, adaptive"),
-        (HorizonConfig(boundary_fractions=[0.5, 0.8]), "not both"),  # default boundaries still set
-        (HorizonConfig(turn_caps=[4, 6], boundaries=[]), "need 1 boundaries"),
-        (HorizonConfig(kind="fixed", turn_caps=[4, 6], boundaries=[]), "exactly one turn cap"),
-        (HorizonConfig(kind="fixed", turn_caps=[4]), "takes no boundaries"),
-        (HorizonConfig(kind="adaptive", turn_caps=[4, 8]), "takes no boundaries"),
-        (HorizonConfig(kind="adaptive", turn_caps=[4], boundaries=[]), "at least two turn_caps"),
-        (HorizonConfig(kind="adaptive", turn_caps=[4, 8], boundaries=[], plateau_window=1), "plateau_window"),
-        (HorizonConfig(kind="adaptive", turn_caps=[4, 8], boundaries=[], truncation_threshold=1.5),
-         "truncation_threshold"),
-        (HorizonConfig(kind="adaptive", turn_caps=[4, 8], boundaries=[], min_stage_steps=-1), "min_stage_steps"),
+        ({"kind": "linear"}, r"learner.horizon.kind: 'linear' is not one of \['fixed', 'stepwise', 'adaptive'\]"),
+        ({"boundary_fractions": [0.5, 0.8]}, "not both"),  # default boundaries still set
+        ({"turn_caps": [4, 6], "boundaries": []}, "need 1 boundaries"),
+        ({"turn_caps": [4, 6, 8], "boundaries": [], "boundary_fractions": [0.5]}, "need 2 boundary_fractions"),
+        ({"kind": "fixed", "turn_caps": [4, 6], "boundaries": []}, "exactly one turn cap"),
+        ({"kind": "fixed", "turn_caps": [4]}, "takes no boundaries"),
+        ({"kind": "adaptive", "turn_caps": [4, 8]}, "takes no boundaries"),
+        ({"kind": "adaptive", "turn_caps": [4], "boundaries": []}, "at least two turn_caps"),
+        ({"kind": "adaptive", "turn_caps": [4, 8], "boundaries": [], "plateau_window": 1},
+         "learner.horizon.plateau_window must be >= 2, got 1"),
+        ({"kind": "adaptive", "turn_caps": [4, 8], "boundaries": [], "truncation_threshold": 1.5},
+         "learner.horizon.truncation_threshold must be <= 1"),
+        ({"kind": "adaptive", "turn_caps": [4, 8], "boundaries": [], "min_stage_steps": -1}, "min_stage_steps"),
+        ({"turn_caps": [4, 0, 8]}, r"learner.horizon.turn_caps\[1\] must be >= 1, got 0"),
+        ({"turn_caps": [8, 6, 4]}, "must not decrease"),
     ],
 )
-def test_config_sections_that_cannot_be_followed_are_rejected(config, message):
-    with pytest.raises(HorizonConfigError, match=message):
-        build_horizon(config, max_steps=100)
+def test_config_sections_that_cannot_be_followed_are_refused_when_the_config_loads(overrides, message):
+    args = [item for key, value in overrides.items() for item in (f"--learner.horizon.{key}", str(value))]
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, args)
 
 
 def test_bad_steps_and_observations_are_rejected():

@@ -122,7 +122,7 @@ def test_two_ranks_give_the_same_update_as_one(recorded, one_rank, tmp_path):
 def test_gigpo_step_credit_changes_the_update_and_two_ranks_agree_on_it(recorded, one_rank, tmp_path):
     # Every learner rank computes the advantages; the per-turn rewards and anchors that GiGPO
     # needs travel from rank 0 with the batch, so both ranks must make the same update.
-    gigpo = ("--max-steps", "3", "--learner.algorithm.advantage", "gigpo", "--learner.algorithm.gigpo.gamma", "0.9")
+    gigpo = ("--max-steps", "3", "--learner.algorithm.advantage", "gigpo", "--learner.algorithm.gamma", "0.9")
     one = final_weights(replay(recorded, tmp_path, "gigpo-one", *gigpo), 3)
     two = final_weights(replay(recorded, tmp_path, "gigpo-two", *gigpo, "--learner-gpus", "2"), 3)
     assert_close(one, two, atol=RANK_NOISE)
@@ -139,7 +139,7 @@ RESUMED_ALGORITHM = ("--learner.algorithm.minibatches", "2", "--learner.algorith
 
 
 GIGPO_ALGORITHM = ("--learner.algorithm.minibatches", "2", "--learner.algorithm.advantage", "gigpo",
-                   "--learner.algorithm.gigpo.gamma", "0.9")
+                   "--learner.algorithm.gamma", "0.9")
 """GiGPO keeps no state of its own (its anchors come from each batch): this checks that stays so."""
 
 

@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file, save_file
 from torch.distributed.fsdp import FSDPModule
 
-from common.config.learner import ESTIMATOR_SETTINGS, AlgorithmConfig, GaeSettings, LearnerConfig
+from common.config.learner import LearnerConfig, algorithm_config, with_advantage
 from common.net import free_port
 from learner.batching import Batch
 from learner.distributed import deal_by_tokens
@@ -39,7 +39,7 @@ FLAT_GROUP_REWARDS = (1.0, 0.0, 0.5, 0.5)
 
 
 def make_cfg(lr: float = 1e-3, learner: dict | None = None, **algorithm) -> LearnerConfig:
-    return LearnerConfig(lr=lr, algorithm=AlgorithmConfig(**algorithm), **(learner or {}))
+    return LearnerConfig(lr=lr, algorithm=algorithm_config(**algorithm), **(learner or {}))
 
 
 def make_batch(policy, rewards=(1.0, 0.0, 0.0, 1.0), behavior_shift=0.1, seed=0) -> Batch:
@@ -178,7 +178,7 @@ def test_reinforce_pp_with_kl_in_the_reward(model_path):
 
 
 def test_critic_fits_the_returns(model_path):
-    cfg = make_cfg(lr=1e-5, advantage="gae", gae=GaeSettings(critic_lr=1e-3, value_clip=0.0))
+    cfg = make_cfg(lr=1e-5, advantage="gae", critic_lr=1e-3, value_clip=0.0)
     trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
     batch = make_batch(trainer.policy)
     losses = [trainer.step(batch)["learner/value_loss"] for _ in range(6)]
@@ -219,20 +219,20 @@ def test_missing_critic_or_reference_is_a_clear_error(model_path):
 
 def test_algorithm_config_rejects_unknown_choices_and_useless_combinations():
     with pytest.raises(ValueError, match="advantage must be one of"):
-        AlgorithmConfig(advantage="ppo")
+        algorithm_config(advantage="ppo")
     with pytest.raises(ValueError, match="kl_in_reward needs a per-token return"):
-        AlgorithmConfig(advantage="grpo", kl_coef=0.1, kl_in_reward=True)
+        algorithm_config(advantage="grpo", kl_coef=0.1, kl_in_reward=True)
     with pytest.raises(ValueError, match="seq_mask_high must exceed"):
-        AlgorithmConfig(seq_mask_low=1.5, seq_mask_high=1.2)
-    assert dataclasses.replace(AlgorithmConfig(), advantage="gae").advantage == "gae"
+        algorithm_config(seq_mask_low=1.5, seq_mask_high=1.2)
+    assert with_advantage(algorithm_config(kl_coef=0.1, kl_estimator="k2"), "gae").kl_coef == 0.1
 
 
 def test_k1_is_refused_as_a_loss_term_and_allowed_in_the_reward():
     with pytest.raises(ValueError, match="k1 as a loss term"):
-        AlgorithmConfig(kl_coef=0.1, kl_estimator="k1")
-    assert AlgorithmConfig(advantage="reinforce_pp", kl_coef=0.1, kl_estimator="k1", kl_in_reward=True).kl_coef == 0.1
+        algorithm_config(kl_coef=0.1, kl_estimator="k1")
+    assert algorithm_config(advantage="reinforce_pp", kl_coef=0.1, kl_estimator="k1", kl_in_reward=True).kl_coef == 0.1
     for estimator in ("k2", "k3"):
-        assert AlgorithmConfig(kl_coef=0.1, kl_estimator=estimator).kl_estimator == estimator
+        assert algorithm_config(kl_coef=0.1, kl_estimator=estimator).kl_estimator == estimator
 
 
 def test_clip_options_and_the_loss_normaliser_are_validated():
@@ -240,8 +240,8 @@ def test_clip_options_and_the_loss_normaliser_are_validated():
                        ({"clip_eps_high": -0.1}, "clip_eps_high"), ({"loss_norm_tokens": -1}, "loss_norm_tokens"),
                        ({"loss_norm_tokens": 512}, "loss_norm_tokens")):  # with token-mean: a knob that does nothing
         with pytest.raises(ValueError, match=match):
-            AlgorithmConfig(**bad)
-    ok = AlgorithmConfig(dual_clip_c=3.0, clip_eps_high=0.28, loss_agg="seq-mean-token-sum-norm", loss_norm_tokens=512)
+            algorithm_config(**bad)
+    ok = algorithm_config(dual_clip_c=3.0, clip_eps_high=0.28, loss_agg="seq-mean-token-sum-norm", loss_norm_tokens=512)
     assert (ok.dual_clip_c, ok.clip_eps_high, ok.loss_norm_tokens) == (3.0, 0.28, 512)
     with pytest.raises(ValueError, match="logprob_chunk_tokens"):
         LearnerConfig(logprob_chunk_tokens=-1)
@@ -269,7 +269,7 @@ def _turns_of(loss_mask: torch.Tensor, turn_rewards: list[list[float]]) -> Batch
 
 @pytest.mark.parametrize("advantage", ["reinforce_pp", "gae"])
 def test_per_turn_rewards_credit_the_turn_that_earned_them(model_path, advantage):
-    cfg = make_cfg(advantage=advantage, **{advantage: ESTIMATOR_SETTINGS[advantage](gamma=0.9)})
+    cfg = make_cfg(advantage=advantage, gamma=0.9)
     trainer = Trainer.build(model_path, "float32", cfg, TEMPERATURE)
     batch = make_batch(trainer.policy)  # rewards 1, 0, 0, 1
     # Row 0 earned its reward at turn 1; row 1 earned nothing; row 3 half at each of its turns.

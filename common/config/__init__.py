@@ -2,10 +2,12 @@
 
 ``load_config("configs/smoke.yaml", ["--learner.lr", "1e-4"])`` merges, in order: the dataclass
 defaults, the YAML file, then ``--section.key value`` overrides (values parsed as YAML, so
-``3``, ``1e-4``, ``true`` and ``[2, 4]`` mean what they look like). Unknown keys are rejected
-with the valid ones listed; every value is checked against its field's type (``common/typed_build.py``,
-the validator the wire protocol uses too), a closed choice (a ``Literal``) against its values.
-Each field's documentation is the string literal under it (see ``field_docs``).
+``3``, ``1e-4``, ``true`` and ``[2, 4]`` mean what they look like). Sections are pydantic
+dataclasses (``common/config/types.py``): unknown keys are rejected with the valid ones listed, every
+value is checked against its field's type and constraint, a closed choice (a ``Literal``) against its
+values, and a section's own checks (``__post_init__``) run as it is made; the first problem is
+reported as one line naming its dotted key (``common/config/errors.py``). Each field's documentation
+is the string literal under it (see ``field_docs``).
 """
 
 from __future__ import annotations
@@ -15,64 +17,59 @@ import dataclasses
 import functools
 import inspect
 import textwrap
-import typing
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
 
-from common import typed_build
 from common.config.actors import ActorsConfig
 from common.config.envhub import EnvhubConfig
-from common.config.learner import ESTIMATOR_SETTINGS, LearnerConfig
+from common.config.errors import ConfigError, config_error
+from common.config.horizon import resolve_boundaries
+from common.config.learner import LearnerConfig
+from common.config.types import Bool, Count, Ge, Int, MinLen, NonNegative, NonNegativeInt, Positive, Str, section
 
-
-class ConfigError(ValueError):
-    """A configuration file or override that does not fit the schema."""
-
+__all__ = ["Config", "ConfigError", "field_docs", "load_config", "parse_overrides", "to_dict", "write_resolved"]
 
 RunMode = Literal["async", "sync"]
 ModelDtype = Literal["float32", "bfloat16"]
 WarmStart = Literal["", "keydoor"]
 
 
-@dataclass(frozen=True)
+@section
 class RunSection:
-    output_dir: str = "runs"
+    output_dir: Str = "runs"
     """Folder that holds one sub-folder per run."""
-    run_name: str = ""
+    run_name: Str = ""
     """Name of the run folder; empty picks ``run-<timestamp>``."""
-    max_steps: int = 20
+    max_steps: NonNegativeInt = 20
     """Learner optimizer steps before the run stops."""
-    max_wall_s: float = 0.0
+    max_wall_s: NonNegative = 0.0
     """Also stop once the learner has trained this many seconds (0: no time limit); the run
     ends as at ``max_steps``: final validation (``learner.eval_at_end``), checkpoint, summary."""
-    seed: int = 0
+    seed: Int = 0
     """Seed for task sampling, sampling on the actors and model init."""
-    progress_interval_s: float = 2.0
+    progress_interval_s: Positive = 2.0
     """How often the launcher prints the progress line."""
-    resume: bool = False
+    resume: Bool = False
     """Continue this run folder from its latest checkpoint that has a ``COMPLETE`` marker."""
-    deterministic: bool = False
+    deterministic: Bool = False
     """Deterministic torch kernels in the learner (same data -> same parameters, resume included)."""
-    replay: str = ""
+    replay: Str = ""
     """A recorded ``trajectories/`` folder to train on instead of live actors (no envhub, no actors)."""
     mode: RunMode = "async"
     """``async`` (generation, env steps and training overlap, within ``learner.max_policy_lag``) or
     ``sync``: the reference systems' loop on the same actors, learner and envs (lease one batch,
     wait for its slowest episode, train, broadcast, then lease the next; ``max_policy_lag`` is 0)."""
 
-    def __post_init__(self) -> None:
-        if self.mode not in typing.get_args(RunMode):
-            raise ValueError(f"run.mode must be async or sync, got {self.mode!r}")
 
-
-@dataclass(frozen=True)
+@section
 class ModelSection:
-    name: str = "tiny"
+    name: Str = "tiny"
     """``tiny`` (random 1M-parameter Qwen2), ``smollm2-135m``, or a local HF model folder."""
-    cache_dir: str = ""
+    cache_dir: Str = ""
     """Where built or converted models are cached; empty: $LONGHORIZON_CACHE, else ~/.cache/longhorizon."""
     dtype: ModelDtype = "float32"
     """Parameter dtype of the actors' engines and of the weights they receive: float32 or bfloat16.
@@ -84,66 +81,60 @@ class ModelSection:
     no policy), made once per keydoor options and prompt and cached in ``cache_dir``; empty: none."""
 
     def __post_init__(self) -> None:
-        if self.warm_start not in typing.get_args(WarmStart):
-            raise ValueError(f"model.warm_start must be '' or keydoor, got {self.warm_start!r}")
         if self.warm_start and self.name != "tiny":
             raise ValueError(f"model.warm_start keydoor starts from the tiny model, not {self.name!r}")
 
 
-@dataclass(frozen=True)
+@section
+class ConversationOverrides:
+    """One env's entry of ``rollout.conversation_per_env``: what it sets differently from ``rollout``."""
+
+    conversation_start: Bool | None = None
+    """This env's ``conversation_start``; unset: ``rollout.conversation_start``."""
+    num_examples: Annotated[Int, Ge(-1)] | None = None
+    """This env's ``num_examples``; unset: ``rollout.num_examples``."""
+
+
+@section
 class RolloutSection:
-    envs: list[str] = field(default_factory=lambda: ["keydoor-v0"])
+    envs: Annotated[list[Str], MinLen(1)] = field(default_factory=lambda: ["keydoor-v0"])
     """Environment ids to train on; tasks are drawn round-robin across them."""
-    split: str = "train"
+    split: Str = "train"
     """Task split used for training."""
-    group_size: int = 4
+    group_size: Count = 4
     """Episodes per task lease (the GRPO group)."""
-    temperature: float = 1.0
+    temperature: Positive = 1.0
     """Sampling temperature; the learner uses the same one for its logprobs."""
-    eval_greedy: bool = False
+    eval_greedy: Bool = False
     """Held-out episodes (``learner.eval_*``) take the most likely token instead of sampling at
     ``temperature``: one deterministic score per task (use ``learner.eval_samples`` 1)."""
-    max_new_tokens: int = 24
+    max_new_tokens: Count = 24
     """Token cap of one assistant turn."""
-    max_episode_tokens: int = 1024
+    max_episode_tokens: Count = 1024
     """Token budget of a whole episode (prompt, observations and actions)."""
-    system_prompt: str = "You are an agent. Reply with one action."
+    system_prompt: Str = "You are an agent. Reply with one action."
     """System message at the start of every episode; empty for none."""
-    conversation_start: bool = True
+    conversation_start: Bool = True
     """Open each episode as AgentGym's clients do: the env's instruction as a user turn, the
     assistant's acknowledgement, then worked example exchanges, then the first observation (all
     context, never trained on). False: the instruction is prepended to the first observation and
     no example is shown."""
-    num_examples: int = -1
+    num_examples: Annotated[Int, Ge(-1)] = -1
     """Worked example exchanges before the first observation; -1: each env's own default (the
     number that helps a small model write its action format)."""
-    conversation_per_env: dict[str, dict[str, Any]] = field(default_factory=dict)
+    conversation_per_env: dict[str, ConversationOverrides] = field(default_factory=dict)
     """Per-env overrides of ``conversation_start`` and ``num_examples``, e.g.
     ``{search-v0: {num_examples: 0}}``."""
 
-    def __post_init__(self) -> None:
-        for env_id, overrides in {"rollout": {"conversation_start": self.conversation_start,
-                                              "num_examples": self.num_examples},
-                                  **self.conversation_per_env}.items():
-            unknown = set(overrides) - {"conversation_start", "num_examples"}
-            if unknown:
-                raise ValueError(f"conversation_per_env.{env_id}: unknown keys {sorted(unknown)}; "
-                                 "valid: conversation_start, num_examples")
-            if not isinstance(overrides.get("conversation_start", True), bool):
-                raise ValueError(f"{env_id}: conversation_start must be true or false")
-            examples = overrides.get("num_examples", -1)
-            if isinstance(examples, bool) or not isinstance(examples, int) or examples < -1:
-                raise ValueError(f"{env_id}: num_examples must be an int >= -1 (-1: the env's default), "
-                                 f"got {examples!r}")
-
     def conversation_for(self, env_id: str) -> tuple[bool, int | None]:
         """(conversation start on?, examples to show or None for the env's default) for ``env_id``."""
-        overrides = self.conversation_per_env.get(env_id, {})
-        examples = overrides.get("num_examples", self.num_examples)
-        return overrides.get("conversation_start", self.conversation_start), None if examples < 0 else examples
+        overrides = self.conversation_per_env.get(env_id, ConversationOverrides())
+        start = self.conversation_start if overrides.conversation_start is None else overrides.conversation_start
+        examples = self.num_examples if overrides.num_examples is None else overrides.num_examples
+        return start, None if examples < 0 else examples
 
 
-@dataclass(frozen=True)
+@section
 class Config:
     run: RunSection = field(default_factory=RunSection)
     """Run-level settings."""
@@ -170,6 +161,8 @@ class Config:
                 f"max_policy_lag = {horizon.plateau_window + lag}: episodes leased before a raise still run under "
                 f"the old cap and arrive up to max_policy_lag steps later; a shorter stage would let them fill the "
                 f"next window and trigger a second raise at once")
+        if self.run.max_steps > 0:  # boundary_fractions round to steps of this run (an evaluation has none)
+            resolve_boundaries(horizon, self.run.max_steps)
 
 
 # --------------------------------------------------------------------------- documentation
@@ -177,7 +170,15 @@ class Config:
 
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """Map each dataclass field to the string literal written under it."""
+    """Map each dataclass field to the string literal written under it (in ``cls`` or the section it
+    extends: ``learner.algorithm``'s sections share their base's knobs)."""
+    docs: dict[str, str] = {}
+    for klass in reversed([k for k in cls.__mro__ if dataclasses.is_dataclass(k)]):
+        docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body
     docs = {}
@@ -201,7 +202,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         tree = loaded
     for dotted, value in parse_overrides(overrides):
         _set_dotted(tree, dotted.split("."), value)
-    return _build(Config, tree, "")
+    return _build(tree)
 
 
 def parse_overrides(args: list[str] | tuple[str, ...]) -> list[tuple[str, Any]]:
@@ -232,72 +233,24 @@ def _set_dotted(tree: dict, keys: list[str], value: Any) -> None:
     tree[keys[-1]] = value
 
 
-def _build(cls: type, values: Any, where: str) -> Any:
-    return typed_build.build(cls, values, where, _YAML)
+@functools.cache
+def _validator() -> TypeAdapter:
+    return TypeAdapter(Config)
 
 
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    """A plain value read from YAML or an override, as the field's class ``hint`` wants it."""
-    if hint is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if hint is float and isinstance(value, str):
-        return _parse_float(value, where)  # YAML 1.1 reads "1e-3" (no dot) as a string
-    if hint is str and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)  # a run name like 42 is meant as text
-    if hint is type(None):
-        if value is not None:
-            raise ConfigError(f"{where}: expected null, got {value!r}")
-        return None
-    if isinstance(value, bool) and hint is not bool:
-        raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
-    if not isinstance(value, hint):
-        raise ConfigError(f"{where}: expected {hint.__name__}, got {value!r}")
-    return value
-
-
-def _parse_float(text: str, where: str) -> float:
+def _build(tree: dict[str, Any]) -> Config:
     try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{where}: expected float, got {text!r}") from None
-
-
-def _unknown_keys(where: str, unknown: list[str], valid: list[str]) -> str:
-    message = f"unknown config key {typed_build.joined(where, unknown[0])!r}; valid keys here: {', '.join(valid)}"
-    if where == "learner.algorithm":  # a knob that moved into its estimator's section (gamma, lam, ...)
-        homes = [f"{where}.{name}.{unknown[0].removeprefix('grpo_')}" for name, settings in ESTIMATOR_SETTINGS.items()
-                 if unknown[0].removeprefix("grpo_") in {f.name for f in dataclasses.fields(settings)}]
-        if homes:
-            message += f"; it is now a setting of its estimator: {' or '.join(homes)}"
-    return message
-
-
-def _no_match(where: str, value: Any, hint: Any, errors: list[Exception]) -> Exception:
-    """A section that may be unset (``X | None``) says what is wrong inside it, not that it is not null."""
-    return errors[0] if value is not None else ConfigError(f"{where}: {value!r} matches none of {hint}")
-
-
-_YAML = typed_build.Dialect(
-    error=lambda message, reason: ConfigError(message),
-    shown=repr,
-    mapping="mapping",
-    scalar=_coerce,
-    unknown_keys=_unknown_keys,
-    no_match=_no_match,
-)
-"""How the config words and raises what the shared checks find: every error names the dotted key."""
+        return _validator().validate_python(tree)
+    except ValidationError as exc:
+        raise config_error(exc, Config) from None
 
 
 # --------------------------------------------------------------------------- writing
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:
-    """The config as plain data, the selected estimator's settings written out (defaults included)."""
-    tree = dataclasses.asdict(cfg)
-    algorithm = cfg.learner.algorithm
-    if algorithm.settings is not None:
-        tree["learner"]["algorithm"][algorithm.advantage] = dataclasses.asdict(algorithm.settings)
-    return tree
+    """The config as plain data, every key written out (defaults included)."""
+    return dataclasses.asdict(cfg)
 
 
 def write_resolved(cfg: Config, path: Path) -> None:

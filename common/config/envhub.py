@@ -2,34 +2,36 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from common.config.types import Count, NonNegativeInt, Port, Positive, Str, section
 
-@dataclass(frozen=True)
+
+@section
 class EnvhubConfig:
     """Settings of one envhub server; every session on it shares them."""
 
-    host: str = "127.0.0.1"
+    host: Str = "127.0.0.1"
     """Interface to bind; loopback by default so nothing is exposed by accident."""
 
-    port: int = 0
+    port: Port = 0
     """TCP port to bind; 0 asks the OS for a free port (the bound port is reported back)."""
 
-    step_timeout_s: float = 10.0
+    step_timeout_s: Positive = 10.0
     """Deadline on every env reset/step/close call; past it the call fails with 504 and the
     session is closed, so one stuck environment never stalls an actor forever."""
 
-    session_idle_timeout_s: float = 120.0
+    session_idle_timeout_s: Positive = 120.0
     """A session untouched for this long is reaped (closed); later calls on it answer 410."""
 
-    reap_interval_s: float = 5.0
+    reap_interval_s: Positive = 5.0
     """How often the background reaper looks for idle sessions."""
 
-    max_sessions: int = 1024
+    max_sessions: Count = 1024
     """Most sessions open at once; creating one more answers 503 instead of exhausting memory."""
 
-    max_action_chars: int = 8000
+    max_action_chars: Count = 8000
     """Longest action (characters) a step may carry; a longer one answers 413 and the session
     stays open, so a runaway generation cannot make an env parse megabytes of text."""
 
@@ -37,31 +39,18 @@ class EnvhubConfig:
     """Constructor options per env id, e.g. ``{textcraft-v0: {recipes_dir: /data/recipes}}``;
     they also decide the task list of envs whose tasks depend on options."""
 
-    runs_dir: str = "runs"
+    runs_dir: Str = "runs"
     """Folder of run folders (``run.output_dir``) that the trajectory viewer at ``/ui`` browses;
     read only, and only the direct sub-folders are served."""
 
-    actors_per_server: int = 8
+    actors_per_server: Count = 8
     """Launcher: actors sharing one envhub server; a run starts ``ceil(actors / this)`` servers
     and actor k talks to server ``k % servers`` (round-robin). Each server's sessions are about
     this times ``actors.max_concurrent_episodes``; keep ``max_sessions`` above that."""
 
-    cpus_per_server: float = 1.0
+    cpus_per_server: Positive = 1.0
     """Launcher: CPUs reserved for each server in its placement-group bundle."""
 
-    max_restarts: int = 3
+    max_restarts: NonNegativeInt = 3
     """Launcher: times a dead server is restarted on the same node and port before the run fails;
     the episodes it was running end with status ``env_error``."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be in [0, 65535], got {self.port}")
-        for name in ("step_timeout_s", "session_idle_timeout_s", "reap_interval_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.max_sessions < 1:
-            raise ValueError(f"max_sessions must be >= 1, got {self.max_sessions}")
-        if self.max_action_chars < 1:
-            raise ValueError(f"max_action_chars must be >= 1, got {self.max_action_chars}")
-        if self.actors_per_server < 1 or self.cpus_per_server <= 0 or self.max_restarts < 0:
-            raise ValueError("actors_per_server must be >= 1, cpus_per_server > 0, max_restarts >= 0")

@@ -37,9 +37,9 @@ if not __package__:  # run as a script, not with -m: import the project from the
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from common.config import load_config
+from common.config.command_line import split_overrides
 from envhub import registry
 from envhub.base import StepResult
-from envhub.cli import split_overrides
 from envhub.client import EnvClient, EnvClientError
 from envhub.envs.webnav.scripted import ScriptedPolicy
 from tests.bench.envhub_bench import cpu_s, start_server
