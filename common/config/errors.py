@@ -21,11 +21,10 @@ class ConfigError(ValueError):
     """A configuration file or override that does not fit the schema."""
 
 
-_EXPECTED = {"int_type": "int", "int_parsing": "int", "float_type": "float", "float_parsing": "float",
-             "bool_type": "bool", "bool_parsing": "bool", "string_type": "str", "list_type": "a list",
+_EXPECTED = {"int_type": "int", "float_type": "float", "bool_type": "bool", "string_type": "str", "list_type": "a list",
              "dict_type": "a mapping with string keys", "dataclass_type": "a mapping",
              "dataclass_args_type": "a mapping", "union_tag_not_found": "a mapping", "finite_number": "a finite number"}
-"""pydantic's error type -> what the value should have been."""
+"""pydantic's error type -> what the value should have been (the scalars are strict: no ``*_parsing`` errors)."""
 _BOUNDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "less_than": ("lt", "<"),
            "less_than_equal": ("le", "<=")}
 """pydantic's error type -> (its context key, the comparison it failed)."""
